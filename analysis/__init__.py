@@ -1,0 +1,16 @@
+"""recdiff analysis: Optuna studies → tidy tables, Pareto sets, the paper's figures and tables."""
+from analysis.load import load_samples, load_trace, load_trials, resolve
+from analysis.pareto import (dominates, frame_hypervolume, hypervolume, knee, knee_index, pareto_front,
+                             pareto_mask, with_pareto)
+from analysis.plots import (plot_cache_sharing, plot_heatmap, plot_latent_change, plot_pareto,
+                            plot_position_stability, plot_token_trace, plot_tradeoff, position_stats)
+from analysis.tables import sampler_table
+
+__all__ = [
+    "load_samples", "load_trace", "load_trials", "resolve",
+    "dominates", "frame_hypervolume", "hypervolume", "knee", "knee_index", "pareto_front", "pareto_mask",
+    "with_pareto",
+    "plot_cache_sharing", "plot_heatmap", "plot_latent_change", "plot_pareto", "plot_position_stability",
+    "plot_token_trace", "plot_tradeoff", "position_stats",
+    "sampler_table",
+]

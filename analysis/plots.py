@@ -1,0 +1,409 @@
+"""Figure functions: `(data, ..., ax=None) -> Axes`, one figure each, one style sheet for all.
+
+Artists hold the data exactly as given (accuracy as a fraction, memory in bytes); units are shown
+by axis formatters, so what a test reads back from an artist is the column it passed in.
+Diffusion trials are the points; baseline samplers (static AR r=32, adaptive, speculative) are
+reference markers, as in the paper.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import polars as pl
+from matplotlib.axes import Axes
+from matplotlib.colors import LogNorm
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, MaxNLocator, PercentFormatter
+
+from analysis.labels import BASELINES, DIRECTIONS, SAMPLER_KEYS, SAMPLER_NAMES, fmt_value, label, setting
+from analysis.load import load_trace
+from analysis.pareto import pareto_front
+from recdiff.errors import RecdiffError
+
+STYLE = Path(__file__).with_name("style.mplstyle")
+REFERENCE_R = 32  # the paper's static AR reference depth
+_BASELINE_MARKERS = {"static": "s", "adaptive": "^", "speculative": "D"}
+
+
+def styled(fn: Callable[..., Axes]) -> Callable[..., Axes]:
+    """Run a figure function under the shared style sheet (artists read rcParams when created)."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Axes:
+        with plt.style.context(STYLE):
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+def _axes(ax: Axes | None, figsize: tuple[float, float] | None = None) -> Axes:
+    return ax if ax is not None else plt.figure(figsize=figsize).add_subplot()
+
+
+def save_figure(fig: Figure, base: Path, formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
+    """Write `base.png`, `base.pdf`, ... and close the figure."""
+    base.parent.mkdir(parents=True, exist_ok=True)
+    paths = []
+    with plt.style.context(STYLE):
+        for ext in formats:
+            paths.append(base.with_suffix(f".{ext}"))
+            fig.savefig(paths[-1])
+    plt.close(fig)
+    return paths
+
+
+# ----------------------------------------------------------------------------- data helpers
+def _complete(df: pl.DataFrame, *cols: str) -> pl.DataFrame:
+    """COMPLETE rows with finite values in `cols`."""
+    if "state" in df.columns:
+        df = df.filter(pl.col("state") == "COMPLETE")
+    for c in cols:
+        if c not in df.columns:
+            raise RecdiffError(f"no column {c!r} to plot (columns: {', '.join(df.columns)})")
+        if df.schema[c].is_numeric():
+            df = df.filter(pl.col(c).is_not_null() & pl.col(c).cast(pl.Float64).is_finite())
+        else:
+            df = df.filter(pl.col(c).is_not_null())
+    return df
+
+
+def split_baselines(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(diffusion trials, baseline trials); without a `sampler` column everything is diffusion."""
+    if "sampler" not in df.columns:
+        return df, df.clear()
+    is_base = pl.col("sampler").is_in(list(BASELINES)).fill_null(False)
+    return df.filter(~is_base), df.filter(is_base)
+
+
+def baseline_label(row: dict) -> str:
+    name = SAMPLER_NAMES.get(row.get("sampler"), str(row.get("sampler")))
+    return f"{name} (r={fmt_value(row['r'])})" if row.get("sampler") == "static" and row.get("r") is not None else name
+
+
+def _format_axis(ax: Axes, which: str, key: str) -> None:
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    (ax.set_xlabel if which == "x" else ax.set_ylabel)(label(key))
+    if key in ("accuracy", "accuracy_low", "accuracy_high"):
+        axis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=None))
+    elif key.endswith("_bytes"):
+        axis.set_major_formatter(FuncFormatter(lambda v, _: _bytes(v)))
+
+
+def _bytes(v: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(v) >= scale:
+            return f"{v / scale:.3g} {unit}"
+    return f"{v:g} B"
+
+
+def _yerr(df: pl.DataFrame, y: str) -> np.ndarray | None:
+    """Asymmetric error bars from `<y>_low` / `<y>_high` when present (nulls → no bar)."""
+    lo, hi = f"{y}_low", f"{y}_high"
+    if lo not in df.columns or hi not in df.columns or df[lo].is_null().all():
+        return None
+    yv = df[y].cast(pl.Float64).to_numpy()
+    low = df[lo].cast(pl.Float64).fill_null(float("nan")).to_numpy()
+    high = df[hi].cast(pl.Float64).fill_null(float("nan")).to_numpy()
+    return np.nan_to_num(np.vstack([yv - low, high - yv]), nan=0.0).clip(min=0.0)
+
+
+def _palette(n: int, kind: str = "qualitative") -> list:
+    import seaborn as sns  # imported lazily: it is slow and only colours are needed
+    return sns.color_palette("flare" if kind == "sequential" else "husl", max(n, 1))
+
+
+def _sort_key(v: Any) -> tuple:
+    return (v is None, str(type(v)), v if v is not None else 0)
+
+
+def draw_baselines(ax: Axes, df: pl.DataFrame, x: str, y: str, reference_line: bool = True) -> list[str]:
+    """Baseline trials as reference markers (static AR only at r=32), mean over repeats, one marker
+    per setting (sampler + the keys that vary among its trials). Returns the labels drawn; the
+    first static r=32 setting also gets a horizontal reference line at its `y`."""
+    _, base = split_baselines(df)
+    if base.is_empty() or x not in base.columns or y not in base.columns:
+        return []
+    base = _complete(base, x, y)
+    if "r" in base.columns:
+        base = base.filter((pl.col("sampler") != "static") | (pl.col("r") == REFERENCE_R))
+    drawn, lined = [], False
+    for part in base.partition_by("sampler", maintain_order=True):
+        keys = ["sampler", *(k for k in SAMPLER_KEYS if k in part.columns and part[k].drop_nulls().n_unique() > 1)]
+        aggs = [pl.col(x).mean(), pl.col(y).mean()]
+        if "r" in part.columns and "r" not in keys:  # for the "Static AR (r=32)" label
+            aggs.append(pl.col("r").first())
+        agg = part.group_by(keys, maintain_order=True).agg(aggs)
+        for g in agg.iter_rows(named=True):
+            extra = [setting(k, g[k]) for k in keys[1:] if k != "r" and g[k] is not None]
+            name = baseline_label(g) + (f" [{', '.join(extra)}]" if extra else "")
+            ax.scatter([g[x]], [g[y]], marker=_BASELINE_MARKERS.get(g["sampler"], "X"), s=45, color="0.2",
+                       edgecolor="white", linewidth=0.6, zorder=4, label=name)
+            if reference_line and g["sampler"] == "static" and not lined:
+                ax.axhline(g[y], color="0.35", linestyle=":", linewidth=1.0, zorder=1)
+                lined = True
+            drawn.append(name)
+    return drawn
+
+
+def _legend(ax: Axes, **kw: Any) -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**{"loc": "best", **kw})
+
+
+# ----------------------------------------------------------------------------- study figures
+@styled
+def plot_pareto(df: pl.DataFrame, x: str = "tokens_per_s", y: str = "accuracy",
+                hue: str | Sequence[str] = ("r_inner", "beta"), directions: Sequence[str] = DIRECTIONS,
+                frontier: bool = True, errorbars: bool = True, baselines: bool = True,
+                ax: Axes | None = None) -> Axes:
+    """Accuracy vs throughput of the diffusion trials, coloured by (r′, β_t) (fig:pareto).
+
+    `ax.collections[0]` holds every diffusion point (row order of `df`), the frontier is a line
+    through the non-dominated points sorted by `x`, baselines are extra markers."""
+    ax = _axes(ax, (6.0, 3.6))
+    diff, _ = split_baselines(df)
+    diff = _complete(diff, x, y)
+    hue = [h for h in ([hue] if isinstance(hue, str) else hue) if h in diff.columns]
+    keys = diff.select(hue).rows() if hue else [()] * len(diff)
+    groups = sorted(set(keys), key=lambda k: tuple(_sort_key(v) for v in k))
+    colours = dict(zip(groups, _palette(len(groups))))
+    ax.scatter(diff[x].to_numpy(), diff[y].to_numpy(), c=[colours[k] for k in keys] or None,
+               s=22, zorder=3, edgecolor="white", linewidth=0.4)
+    # Legend proxies (not added to the axes, so ax.collections holds only plotted data).
+    proxies = [Line2D([], [], linestyle="", marker="o", markersize=4.5, color=colours[k],
+                      label=", ".join(setting(h, v) for h, v in zip(hue, k))) for k in groups if hue]
+    if errorbars and (yerr := _yerr(diff, y)) is not None:
+        ax.errorbar(diff[x].to_numpy(), diff[y].to_numpy(), yerr=yerr, fmt="none", ecolor="0.6",
+                    elinewidth=0.7, zorder=2)
+    if frontier and len(diff):
+        front = pareto_front(diff, (x, y), directions).sort(x)
+        ax.plot(front[x].to_numpy(), front[y].to_numpy(), color="0.15", linewidth=1.0, zorder=2,
+                label="Pareto front")
+    if baselines:
+        draw_baselines(ax, df, x, y)
+    _format_axis(ax, "x", x)
+    _format_axis(ax, "y", y)
+    handles, _ = ax.get_legend_handles_labels()
+    if proxies or handles:
+        ax.legend(handles=proxies + handles, loc="center left", bbox_to_anchor=(1.01, 0.5),
+                  ncols=1 if len(proxies) <= 14 else 2)
+    return ax
+
+
+@styled
+def plot_heatmap(df: pl.DataFrame, value: str = "accuracy", row: str = "r_inner", col: str = "beta",
+                 cmap: str | None = None, annotate: bool = True, ax: Axes | None = None) -> Axes:
+    """Mean `value` over the `row` × `col` grid of diffusion trials (fig:heatmap, fig:tradeoff).
+
+    `ax.images[0].get_array()` is the grid: rows = sorted `row` values (top to bottom), columns =
+    sorted `col` values, NaN-masked where no trial exists."""
+    ax = _axes(ax)
+    diff, _ = split_baselines(df)
+    diff = _complete(diff, value, row, col)
+    rows = sorted(diff[row].unique().to_list(), key=_sort_key)
+    cols = sorted(diff[col].unique().to_list(), key=_sort_key)
+    grid = np.full((len(rows), len(cols)), np.nan)
+    for r_val, c_val, v in diff.group_by([row, col]).agg(pl.col(value).cast(pl.Float64).mean()).iter_rows():
+        grid[rows.index(r_val), cols.index(c_val)] = v
+    import seaborn  # noqa: F401  (registers the "crest"/"flare" colormaps with matplotlib)
+    img = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap or ("crest" if value == "accuracy" else "flare"),
+                    aspect="auto")
+    ax.set_xticks(range(len(cols)), [fmt_value(c) for c in cols])
+    ax.set_yticks(range(len(rows)), [fmt_value(r) for r in rows])
+    ax.set_xlabel(label(col))
+    ax.set_ylabel(label(row))
+    ax.grid(False)
+    ax.set_title(label(value))
+    cbar = ax.figure.colorbar(img, ax=ax, fraction=0.05, pad=0.02)
+    if value == "accuracy":
+        cbar.formatter = PercentFormatter(xmax=1.0, decimals=None)
+        cbar.update_ticks()
+    if annotate and grid.size and np.isfinite(grid).any():
+        mid = np.nanmean([np.nanmin(grid), np.nanmax(grid)])
+        for (i, j), v in np.ndenumerate(grid):
+            if np.isfinite(v):
+                text = f"{100 * v:.1f}" if value == "accuracy" else f"{v:.3g}"
+                ax.text(j, i, text, ha="center", va="center", fontsize=6.5,
+                        color="white" if v > mid else "black")
+    return ax
+
+
+@styled
+def plot_tradeoff(df: pl.DataFrame, param: str, x: str = "tokens_per_s", y: str = "accuracy",
+                  group: str | None = None, annotate: bool = True, baselines: bool = True,
+                  ax: Axes | None = None) -> Axes:
+    """One-parameter trade-off curve(s) (fig:hyperparam_sweeps1/2/3/5, fig:tradeoff).
+
+    One line per `group` value through the diffusion trials ordered by `param` (repeats of a
+    setting averaged), each point annotated with its `param` value; `ax.lines[i]` is group i in
+    sorted order. Slice the study to one sweep first (see `analysis.report.one_param_slice`)."""
+    ax = _axes(ax)
+    diff, _ = split_baselines(df)
+    diff = _complete(diff, x, y, param)
+    keys = [group, param] if group else [param]
+    agg = diff.group_by(keys).agg(pl.col(x).cast(pl.Float64).mean(), pl.col(y).cast(pl.Float64).mean())
+    groups = sorted(agg[group].unique().to_list(), key=_sort_key) if group else [None]
+    colours = _palette(len(groups), "sequential" if len(groups) > 2 else "qualitative") if group else ["C0"]
+    for colour, g in zip(colours, groups):
+        sub = agg.filter(pl.col(group) == g) if group else agg
+        sub = sub.sort(param)
+        ax.plot(sub[x].to_numpy(), sub[y].to_numpy(), marker="o", color=colour,
+                label=setting(group, g) if group else label(param))
+        if annotate:
+            for px, py, pv in zip(sub[x], sub[y], sub[param]):
+                ax.annotate(fmt_value(pv), (px, py), textcoords="offset points", xytext=(3, 3),
+                            fontsize=6.5, color=colour)
+    if baselines:
+        draw_baselines(ax, df, x, y)
+    _format_axis(ax, "x", x)
+    _format_axis(ax, "y", y)
+    ax.set_title(f"varying {label(param)}")
+    _legend(ax)
+    return ax
+
+
+@styled
+def plot_cache_sharing(df: pl.DataFrame, memory: str = "kv_cache_bytes", y: str = "accuracy",
+                       hue: str = "kv_cache", annotate: str | None = "r", ax: Axes | None = None) -> Axes:
+    """Accuracy vs KV-cache memory, one marker set per `kv_cache` mode (fig:cache_sharing).
+
+    All samplers are drawn (the comparison is usually static AR with and without sharing);
+    `ax.collections[i]` is mode i in sorted order; x is in bytes, labelled in KiB/MiB/GiB."""
+    ax = _axes(ax)
+    data = _complete(df, memory, y, hue)
+    modes = sorted(data[hue].unique().to_list(), key=_sort_key)
+    markers = ["o", "s", "^", "D"]
+    for i, (mode, colour) in enumerate(zip(modes, _palette(len(modes)))):
+        sub = data.filter(pl.col(hue) == mode)
+        ax.scatter(sub[memory].to_numpy(), sub[y].to_numpy(), color=colour, marker=markers[i % 4],
+                   s=28, zorder=3, label=setting(hue, mode))
+        if annotate and annotate in data.columns and data[annotate].drop_nulls().n_unique() > 1:
+            for px, py, pv in zip(sub[memory], sub[y], sub[annotate]):
+                if pv is not None:
+                    ax.annotate(setting(annotate, pv), (px, py), textcoords="offset points",
+                                xytext=(3, 3), fontsize=6.5, color=colour)
+    if (yerr := _yerr(data, y)) is not None:
+        for mode, colour in zip(modes, _palette(len(modes))):
+            sub = data.filter(pl.col(hue) == mode)
+            ax.errorbar(sub[memory].to_numpy(), sub[y].to_numpy(), yerr=_yerr(sub, y), fmt="none",
+                        ecolor=colour, elinewidth=0.7, alpha=0.7)
+    values = data[memory].cast(pl.Float64).to_numpy()
+    if len(values) and values.min() > 0 and values.max() / values.min() > 20:
+        ax.set_xscale("log", base=2)  # sharing saves a factor r: log2 ticks land on whole KiB/MiB
+    _format_axis(ax, "x", memory)
+    _format_axis(ax, "y", y)
+    _legend(ax)
+    return ax
+
+
+# ----------------------------------------------------------------------------- trace figures
+def position_stats(trace: Any) -> pl.DataFrame:
+    """Per generated position of a trace: when it was first written and frozen, how many sampler
+    steps it stayed in the wavefront (`steps_to_freeze`, freezing step included), how often its
+    token changed after first being written, its core recurrences and mean latent change."""
+    t = load_trace(trace)
+    tokens, frozen, p0 = t["tokens"], t["frozen"], t["prompt_len"]
+    S, P = tokens.shape
+    pos = np.arange(p0, P)
+    written = tokens[:, p0:] >= 0
+    first = np.where(written.any(axis=0), written.argmax(axis=0), -1)
+    froze = frozen[:, None] > pos[None, :]                               # (S, P-p0)
+    frozen_at = np.where(froze.any(axis=0), froze.argmax(axis=0), -1)
+    gen = tokens[:, p0:]
+    changes = ((gen[1:] != gen[:-1]) & (gen[:-1] >= 0)).sum(axis=0) if S > 1 else np.zeros(len(pos), int)
+    cols: dict[str, Any] = {
+        "position": pos,
+        "first_step": pl.Series([None if v < 0 else int(v) for v in first], dtype=pl.Int64),
+        "frozen_step": pl.Series([None if v < 0 else int(v) for v in frozen_at], dtype=pl.Int64),
+        "token_changes": changes,
+        "final_token": gen[-1] if S else np.full(len(pos), -1),
+    }
+    out = pl.DataFrame(cols).with_columns(
+        (pl.col("frozen_step") - pl.col("first_step") + 1).alias("steps_to_freeze"))
+    if t["counter"] is not None:
+        out = out.with_columns(pl.Series("recurrences", np.asarray(t["counter"])[-1, p0:]))
+    if t["delta"] is not None:
+        d = np.asarray(t["delta"], dtype=np.float64)[:, p0:]
+        seen = ~np.isnan(d)
+        mean = np.where(seen.any(axis=0), np.nansum(d, axis=0) / np.maximum(seen.sum(axis=0), 1), np.nan)
+        out = out.with_columns(pl.Series("mean_delta", mean).fill_nan(None))
+    return out
+
+
+def _front(ax: Axes, t: dict, color: str = "red") -> None:
+    S = len(t["frozen"])
+    ax.plot(t["frozen"], np.arange(S) + 0.5, color=color, linewidth=1.0, label="frozen front")
+
+
+def _trace_axes(ax: Axes, t: dict, show_prompt: bool) -> None:
+    S, P = t["tokens"].shape
+    ax.set_xlim(0 if show_prompt else t["prompt_len"], P)
+    ax.set_ylim(S, 0)  # sampler steps run top to bottom, as in the paper
+    ax.set_xlabel("position")
+    ax.set_ylabel("sampler step")
+    ax.grid(False)
+
+
+@styled
+def plot_token_trace(trace: Any, cmap: str = "viridis", show_prompt: bool = False,
+                     ax: Axes | None = None) -> Axes:
+    """Token ids over sampler steps (rows) × positions (columns) with the frozen front
+    (fig:qualitative_examples, fig:token_stability left).
+
+    `ax.images[0].get_array()` is the full `tokens` array masked where -1; cell (s, p) spans
+    x ∈ [p, p+1], so `ax.lines[0]` has xdata = `frozen` (the boundary after the last frozen
+    position) at ydata = step + 0.5. The prompt is hidden by the x-limits unless `show_prompt`."""
+    ax = _axes(ax)
+    t = load_trace(trace)
+    S, P = t["tokens"].shape
+    ax.imshow(np.ma.masked_less(t["tokens"], 0), cmap=cmap, aspect="auto", extent=(0, P, S, 0),
+              interpolation="nearest")
+    _front(ax, t)
+    _trace_axes(ax, t, show_prompt)
+    ax.set_title("token ids")
+    return ax
+
+
+@styled
+def plot_latent_change(trace: Any, show_prompt: bool = False, ax: Axes | None = None) -> Axes:
+    """Relative latent change δ per step × position on a log colour scale, with the frozen front.
+
+    `ax.images[0].get_array()` is `delta` (float32) masked where NaN."""
+    ax = _axes(ax)
+    t = load_trace(trace)
+    if t["delta"] is None:
+        raise RecdiffError("trace has no 'delta' (latent change) array")
+    S, P = t["tokens"].shape
+    delta = np.ma.masked_invalid(t["delta"])
+    positive = delta.compressed()[delta.compressed() > 0]
+    norm = LogNorm(vmin=max(float(positive.min()), 1e-5), vmax=float(positive.max())) if positive.size else None
+    img = ax.imshow(delta, cmap="magma", norm=norm, aspect="auto", extent=(0, P, S, 0), interpolation="nearest")
+    ax.figure.colorbar(img, ax=ax, fraction=0.05, pad=0.02, label="‖z − z_prev‖ / ‖z‖")
+    _front(ax, t, color="cyan")
+    _trace_axes(ax, t, show_prompt)
+    ax.set_title("latent change δ")
+    return ax
+
+
+@styled
+def plot_position_stability(trace: Any, ax: Axes | None = None) -> Axes:
+    """Per generated position: sampler steps until frozen and token changes (fig:token_stability
+    right). `ax.lines[0]` = steps_to_freeze, `ax.lines[1]` = token_changes, x = position."""
+    ax = _axes(ax)
+    stats = position_stats(trace)
+    x = stats["position"].to_numpy()
+    ax.plot(x, stats["steps_to_freeze"].cast(pl.Float64).fill_null(float("nan")).to_numpy(),
+            label="steps until frozen", drawstyle="steps-mid")
+    ax.plot(x, stats["token_changes"].cast(pl.Float64).to_numpy(), label="token changes",
+            drawstyle="steps-mid")
+    ax.set_xlabel("position")
+    ax.set_ylabel("sampler steps")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_title("per-position stability")
+    _legend(ax)
+    return ax

@@ -1,0 +1,281 @@
+"""`write_report`: every applicable figure, Table 1, tidy data and `report.md` for one study."""
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import polars as pl
+from matplotlib.figure import Figure
+
+from analysis import plots
+from analysis.labels import OBJECTIVES, SAMPLER_KEYS, benchmark_name, label, setting
+from analysis.load import load_samples, load_trials, resolve, study_name_of
+from analysis.pareto import frame_hypervolume, knee, pareto_front
+from analysis.tables import sampler_table
+from recdiff.errors import RecdiffError
+
+# (swept parameter, grouping parameter): the paper's one-parameter trade-off figures.
+TRADEOFFS: tuple[tuple[str, str | None], ...] = (
+    ("r_inner", "beta"), ("epsilon", "beta"),                    # fig:hyperparam_sweeps1
+    ("eta", None), ("beta", "beta_schedule"),                    # fig:hyperparam_sweeps3
+    ("wavefront", None), ("headway", None),                      # fig:hyperparam_sweeps5
+    ("init_scale", None), ("continuous_compute", None),          # fig:hyperparam_sweeps2
+)
+Builder = Callable[[], Figure]
+
+
+def _complete(df: pl.DataFrame) -> pl.DataFrame:
+    df = df.filter(pl.col("state") == "COMPLETE") if "state" in df.columns else df
+    return df.filter(pl.all_horizontal(pl.col(c).is_not_null() for c in OBJECTIVES if c in df.columns))
+
+
+def varying(df: pl.DataFrame, keys: Iterable[str] = SAMPLER_KEYS) -> list[str]:
+    return [k for k in keys if k in df.columns and df[k].drop_nulls().n_unique() > 1]
+
+
+def one_param_slice(df: pl.DataFrame, param: str, keep: Sequence[str] = ()) -> pl.DataFrame:
+    """The trials of one sweep of `param`: the other varying sampler keys (besides `keep`) held
+    at the combination that covers the most `param` values (then the most trials)."""
+    others = [k for k in varying(df) if k != param and k not in keep]
+    if not others:
+        return df
+    best, best_key = df.clear(), (-1, -1)
+    for part in df.partition_by(others, maintain_order=True):
+        key = (part[param].drop_nulls().n_unique(), len(part))
+        if key > best_key:
+            best, best_key = part, key
+    return best
+
+
+def _fig(ncols: int = 1, width: float = 5.0, height: float = 3.4) -> tuple[Figure, Any]:
+    with plt.style.context(plots.STYLE):
+        fig, axes = plt.subplots(1, ncols, figsize=(width * ncols, height), squeeze=False)
+    return fig, list(axes[0])
+
+
+def _pareto(df: pl.DataFrame) -> Figure:
+    fig, (ax,) = _fig(width=6.5, height=3.8)
+    plots.plot_pareto(df, ax=ax)
+    return fig
+
+
+def _heatmap(diff: pl.DataFrame) -> Figure:
+    fig, axes = _fig(2, width=4.4)
+    for ax, value in zip(axes, OBJECTIVES):
+        plots.plot_heatmap(diff, value=value, ax=ax)
+    return fig
+
+
+def _tradeoff(df: pl.DataFrame, param: str, group: str | None) -> Figure:
+    fig, (ax,) = _fig()
+    plots.plot_tradeoff(df, param=param, group=group, ax=ax)
+    return fig
+
+
+def _cache(df: pl.DataFrame) -> Figure:
+    fig, (ax,) = _fig()
+    plots.plot_cache_sharing(df, ax=ax)
+    return fig
+
+
+def _stability(trace: str, title: str) -> Figure:
+    fig, axes = _fig(2, width=4.6, height=3.6)
+    plots.plot_token_trace(trace, ax=axes[0])
+    plots.plot_position_stability(trace, ax=axes[1])
+    fig.suptitle(title, fontsize=9)
+    return fig
+
+
+def _latent(trace: str, title: str) -> Figure:
+    fig, (ax,) = _fig(width=5.5, height=3.6)
+    plots.plot_latent_change(trace, ax=ax)
+    ax.set_title(f"latent change δ — {title}")
+    return fig
+
+
+def _examples(traces: list[tuple[str, str]]) -> Figure:
+    fig, axes = _fig(len(traces), width=3.4, height=3.4)
+    for ax, (trace, title) in zip(axes, traces):
+        plots.plot_token_trace(trace, ax=ax)
+        ax.set_title(title, fontsize=8)
+    return fig
+
+
+def _settings_title(row: dict, keys: Sequence[str]) -> str:
+    text = ", ".join(setting(k, row[k]) for k in keys if row.get(k) is not None)
+    return f"trial {row['number']}" + (f" ({text})" if text else "")
+
+
+def _trace_rows(df: pl.DataFrame) -> list[dict]:
+    rows = []
+    for row in df.iter_rows(named=True):
+        paths = [p for p in (row.get("trace_paths") or []) if p and Path(p).is_file()]
+        if paths:
+            rows.append({**row, "trace": paths[0]})
+    return rows
+
+
+def plan_figures(df: pl.DataFrame) -> list[tuple[str, Builder]]:
+    """(file stem, builder) for every figure the trials table supports."""
+    figs: list[tuple[str, Builder]] = []
+    done = _complete(df)
+    benches = [b for b in dict.fromkeys(done["benchmark"].to_list())] if "benchmark" in done.columns else [None]
+    for bench in benches or [None]:
+        sub = done if bench is None or len(benches) == 1 else done.filter(pl.col("benchmark") == bench)
+        sfx = "" if len(benches) <= 1 else f"_{bench}"
+        diff, _ = plots.split_baselines(sub)
+        if diff.is_empty():
+            continue
+        figs.append((f"pareto{sfx}", lambda s=sub: _pareto(s)))
+        if {"r_inner", "beta"} <= set(varying(diff)):
+            grid = one_param_slice(diff, "r_inner", keep=["beta"])
+            figs.append((f"heatmap{sfx}", lambda g=grid: _heatmap(g)))
+            tb = one_param_slice(diff, "beta", keep=["r_inner"])
+            figs.append((f"tradeoff{sfx}", lambda t=tb: _tradeoff(t, "beta", "r_inner")))
+        for param, group in TRADEOFFS:
+            if param not in varying(diff):
+                continue
+            keep = [group] if group and group in varying(diff) else []
+            part = one_param_slice(diff, param, keep)
+            if part[param].drop_nulls().n_unique() < 2:
+                continue
+            g = group if keep and part[group].drop_nulls().n_unique() > 1 else None
+            figs.append((f"tradeoff_{param}{sfx}", lambda p=part, a=param, g=g: _tradeoff(
+                pl.concat([p, sub.filter(pl.col("sampler").is_in(list(plots.BASELINES)))], how="diagonal_relaxed"),
+                a, g)))
+    if "kv_cache" in done.columns:
+        kv = done.filter(pl.col("kv_cache").is_not_null() & pl.col("kv_cache_bytes").is_not_null())
+        # Only the samplers whose trials compare KV modes (usually static AR with/without sharing).
+        kv = pl.concat([p for p in kv.partition_by("sampler") if p["kv_cache"].n_unique() > 1] or [kv.clear()])
+        if kv["kv_cache"].n_unique() > 1:
+            figs.append(("cache_sharing", lambda k=kv: _cache(k)))
+    traced = _trace_rows(done)
+    if traced:
+        keys = varying(done)
+        front_knee = knee(plots.split_baselines(done)[0]) if not plots.split_baselines(done)[0].is_empty() else None
+        pick = next((r for r in traced if front_knee and r["number"] == front_knee["number"]), traced[0])
+        title = _settings_title(pick, keys)
+        figs.append(("token_stability", lambda p=pick, t=title: _stability(p["trace"], t)))
+        if _has_delta(pick["trace"]):
+            figs.append(("latent_change", lambda p=pick, t=title: _latent(p["trace"], t)))
+        examples, seen = [], set()
+        for r in traced:  # one example per distinct setting, as in fig:qualitative_examples
+            key = tuple(r.get(k) for k in keys)
+            if key not in seen:
+                seen.add(key)
+                examples.append((r["trace"], _settings_title(r, keys)))
+        figs.append(("qualitative_examples", lambda e=examples[:3]: _examples(e)))
+    return figs
+
+
+def _has_delta(path: str) -> bool:
+    import numpy as np
+    with np.load(path) as npz:
+        return "delta" in npz.files and bool(np.isfinite(npz["delta"].astype(np.float32)).any())
+
+
+def _md_frame(df: pl.DataFrame, float_fmt: str = "{:.4g}") -> str:
+    def cell(v: Any) -> str:
+        return "—" if v is None else float_fmt.format(v) if isinstance(v, float) else str(v)
+    lines = ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.iter_rows()]
+    return "\n".join(lines) + "\n"
+
+
+def _summary(df: pl.DataFrame, name: str, source: Any, figures: list[tuple[str, list[Path]]],
+             table_md: str | None, failed: list[str]) -> str:
+    done = _complete(df)
+    where = f"polars DataFrame ({len(df)} rows)" if isinstance(source, pl.DataFrame) else f"`{source}`"
+    md = [f"# Study `{name}`", "", f"Source: {where}", ""]
+    counts = df.group_by("state").len().sort("state")
+    md.append("Trials: " + ", ".join(f"{s} {n}" for s, n in counts.iter_rows()) + "")
+    md.append("")
+    keys = varying(done)
+    for bench in dict.fromkeys(done["benchmark"].to_list()) if not done.is_empty() else []:
+        sub = done.filter(pl.col("benchmark") == bench) if bench is not None else done.filter(pl.col("benchmark").is_null())
+        diff, _ = plots.split_baselines(sub)
+        if diff.is_empty():
+            continue
+        front = pareto_front(diff)
+        cols = ["number", "sampler", *keys, "accuracy", "accuracy_low", "accuracy_high", "tokens_per_s"]
+        md += [f"## Pareto front — {benchmark_name(bench)}", "",
+               f"{len(front)} of {len(diff)} diffusion trials are non-dominated in "
+               f"({label('accuracy')}, {label('tokens_per_s')}); hypervolume w.r.t. (0, 0): "
+               f"{frame_hypervolume(diff, (0.0, 0.0)):.4g}.", ""]
+        if (k := knee(diff)) is not None:
+            md += [f"Knee: trial {k['number']} — {', '.join(setting(c, k[c]) for c in keys if k.get(c) is not None)}"
+                   f" (accuracy {100 * k['accuracy']:.2f}%, {k['tokens_per_s']:.1f} tokens/s).", ""]
+        md += [_md_frame(front.select([c for c in cols if c in front.columns])), ""]
+    if table_md:
+        md += ["## Sampler comparison (Table 1)", "", table_md, ""]
+    if figures:
+        md += ["## Figures", ""]
+        for stem, paths in figures:
+            png = next((p for p in paths if p.suffix == ".png"), paths[0])
+            md += [f"### {stem}", "", f"![{stem}]({png.name})", ""]
+    if failed:
+        md += ["## Failed figures", "", *[f"- {f}" for f in failed], ""]
+    return "\n".join(md)
+
+
+def write_report(source: Any, out_dir: str | Path | None = None, *, study_name: str | None = None,
+                 formats: Sequence[str] = ("png", "pdf"),
+                 progress: Callable[[str], None] | None = print) -> list[Path]:
+    """Write every applicable figure (PNG + PDF), Table 1 (Markdown + LaTeX), `trials.parquet`,
+    `samples.parquet` (when per-sample files exist) and `report.md` into `out_dir`
+    (default `outputs/<study>/`). Returns the written paths."""
+    say = progress or (lambda _: None)
+    if isinstance(source, pl.DataFrame):
+        df, name = source, study_name_of(source)
+    else:
+        res = resolve(source, study_name)
+        df = load_trials(res.study if res.study is not None else source, study_name)
+        name = res.name
+    out = Path(out_dir) if out_dir is not None else Path("outputs") / name
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+
+    df.write_parquet(out / "trials.parquet")
+    written.append(out / "trials.parquet")
+    samples = load_samples(df)
+    if not samples.is_empty():
+        samples.write_parquet(out / "samples.parquet")
+        written.append(out / "samples.parquet")
+
+    plan = plan_figures(df)
+    figures, failed = [], []
+    for i, (stem, build) in enumerate(plan, 1):
+        try:
+            paths = plots.save_figure(build(), out / stem, formats)
+        except Exception as exc:  # one broken figure should not cost the others
+            plt.close("all")
+            traceback.print_exc(file=sys.stderr)
+            failed.append(f"{stem}: {type(exc).__name__}: {exc}")
+            say(f"[{i}/{len(plan)}] {stem}: FAILED ({type(exc).__name__}: {exc})")
+            continue
+        figures.append((stem, paths))
+        written += paths
+        say(f"[{i}/{len(plan)}] {stem}: " + ", ".join(p.name for p in paths))
+
+    table_md = None
+    try:
+        table = sampler_table(df)
+    except RecdiffError as exc:
+        say(f"table1: skipped ({exc})")
+    else:
+        table_md = table.to_markdown()
+        (out / "table1.md").write_text(table_md)
+        (out / "table1.tex").write_text(table.to_latex())
+        written += [out / "table1.md", out / "table1.tex"]
+        say("table1: table1.md, table1.tex")
+
+    (out / "report.md").write_text(_summary(df, name, source, figures, table_md, failed))
+    written.append(out / "report.md")
+    say(f"report: {out / 'report.md'}")
+    if failed:
+        raise RuntimeError(f"{len(failed)} figure(s) failed: " + "; ".join(failed))
+    return written

@@ -1,0 +1,262 @@
+"""Embedded synthetic benchmark ``arith``: GSM8K-format arithmetic word problems.
+
+Problems are generated from sentence templates and a seed: one or more named entities, 2-4 chained
+operations (add, subtract, "k groups of m", "k times as many", equal split), every intermediate result
+in 1..99 so that the embedded model can learn them.  The solution is written GSM8K-style, one line per
+sentence of the question, and ends with ``#### N``; a "k groups of m" step is written fused
+(``23+4*6=47``) so that producing one result digit needs two operations' worth of latent computation.
+
+Splits are deterministic and disjoint by construction: a question belongs to the test split iff the
+first 8 bytes of its SHA-256 hash are divisible by ``TEST_MODULUS``; the train stream skips those.
+The test split is the first ``n_problems`` distinct test questions drawn from ``seed``.
+
+Scoring is GSM8K's: the last number in the completion (``flexible_extract``) against the reference.
+The prompt format (``Q: <question>\\nA:``) and the completion format (`` <solution>\\n\\n`` + EOS) are
+shared with the training recipe in :mod:`recdiff.train`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from dataclasses import dataclass, field
+
+TEST_MODULUS = 8          # 1/8 of the question space is reserved for the test split
+DEFAULT_SEED = 1234
+DEFAULT_N_PROBLEMS = 1000  # size of the test split slice
+
+NAMES_F = ["Ann", "Cara", "Eva", "Gia", "Ivy", "Kim", "Mia", "Nora", "Rosa", "Tina", "Uma", "Zoe"]
+NAMES_M = ["Ben", "Dan", "Finn", "Hugo", "Jack", "Leo", "Max", "Noah", "Omar", "Paul", "Sam", "Tom"]
+ITEMS = ["apples", "pens", "marbles", "stickers", "cards", "books", "shells", "coins",
+         "candies", "toys", "cookies", "stamps", "beads", "rocks", "eggs", "plums"]
+CONTAINERS = ["bags", "boxes", "packs", "jars", "baskets"]
+MAX_VALUE = 99
+
+
+@dataclass
+class ArithProblem:
+    question: str
+    solution: str          # step lines + "#### N"
+    answer: int
+    n_ops: int
+    steps: list = field(default_factory=list)   # (op, a, b[, c]) tuples used to recompute the answer
+
+
+def _pronoun(name: str) -> str:
+    return "She" if name in NAMES_F else "He"
+
+
+def _make_problem(rng: random.Random) -> ArithProblem:
+    """One problem.  Rejection-free: every draw respects 1 <= value <= MAX_VALUE."""
+    n_ops_target = rng.randint(2, 4)
+    names = rng.sample(NAMES_F + NAMES_M, 3)
+    subj, other, third = names
+    item = rng.choice(ITEMS)
+    v = rng.randint(5, 60)
+    sentences = [f"{subj} has {v} {item}."]
+    lines: list[str] = []
+    steps: list[tuple] = [("start", v)]
+    n_ops = 0
+    used_times = False
+    while n_ops < n_ops_target:
+        remaining = n_ops_target - n_ops
+        choices = ["add", "sub", "split"] + ([] if used_times else ["times"])
+        if remaining >= 2 and v + 4 <= MAX_VALUE:
+            choices.append("groups")
+        op = rng.choice(choices)
+        p = _pronoun(subj)
+        if op == "add":
+            if v >= MAX_VALUE - 1:
+                continue
+            y = rng.randint(2, min(40, MAX_VALUE - v))
+            sentences.append(rng.choice([f"{p} buys {y} more.", f"{p} finds {y} more.",
+                                         f"{other} gives {subj} {y} more."]))
+            lines.append(f"{v}+{y}={v + y}")
+            steps.append(("add", v, y))
+            v, n_ops = v + y, n_ops + 1
+        elif op == "sub":
+            if v < 4:
+                continue
+            y = rng.randint(2, min(40, v - 1))
+            sentences.append(rng.choice([f"{p} gives {y} to {other}.", f"{p} loses {y}.",
+                                         f"{p} sells {y}."]))
+            lines.append(f"{v}-{y}={v - y}")
+            steps.append(("sub", v, y))
+            v, n_ops = v - y, n_ops + 1
+        elif op == "groups":
+            room = MAX_VALUE - v
+            pairs = [(k, m) for k in range(2, 7) for m in range(2, 10) if k * m <= room]
+            if not pairs:
+                continue
+            k, m = rng.choice(pairs)
+            c = rng.choice(CONTAINERS)
+            sentences.append(f"{p} buys {k} {c} of {m} each.")
+            lines.append(f"{v}+{k}*{m}={v + k * m}")
+            steps.append(("groups", v, k, m))
+            v, n_ops = v + k * m, n_ops + 2
+        elif op == "times":
+            ks = [k for k in range(2, 6) if v * k <= MAX_VALUE]
+            if not ks:
+                continue
+            k = rng.choice(ks)
+            word = {2: "twice", 3: "3 times", 4: "4 times", 5: "5 times"}[k]
+            sentences.append(f"{third} has {word} as many {item} as {subj}.")
+            lines.append(f"{v}*{k}={v * k}")
+            steps.append(("times", v, k))
+            v, n_ops = v * k, n_ops + 1
+            subj, third = third, subj
+            used_times = True
+        elif op == "split":
+            ks = [k for k in range(2, 6) if v % k == 0 and v // k >= 1]
+            if not ks:
+                continue
+            k = rng.choice(ks)
+            sentences.append(f"{p} splits them into {k} equal piles and keeps one.")
+            lines.append(f"{v}/{k}={v // k}")
+            steps.append(("split", v, k))
+            v, n_ops = v // k, n_ops + 1
+    sentences.append(f"How many {item} does {subj} have now?")
+    question = " ".join(sentences)
+    solution = "\n".join(lines) + f"\n#### {v}"
+    return ArithProblem(question=question, solution=solution, answer=v, n_ops=n_ops, steps=steps)
+
+
+def recompute_answer(steps: list) -> int:
+    """Independent re-evaluation of a problem's step list (used by the tests)."""
+    v = None
+    for s in steps:
+        op = s[0]
+        if op == "start":
+            v = s[1]
+        elif op == "add":
+            v = s[1] + s[2]
+        elif op == "sub":
+            v = s[1] - s[2]
+        elif op == "groups":
+            v = s[1] + s[2] * s[3]
+        elif op == "times":
+            v = s[1] * s[2]
+        elif op == "split":
+            assert s[1] % s[2] == 0
+            v = s[1] // s[2]
+    return v
+
+
+def is_test_question(question: str) -> bool:
+    h = int.from_bytes(hashlib.sha256(question.encode()).digest()[:8], "big")
+    return h % TEST_MODULUS == 0
+
+
+def iter_split(split: str, seed: int):
+    """Infinite deterministic stream of distinct problems of one split ("train" or "test")."""
+    if split not in ("train", "test"):
+        raise ValueError(f"arith: unknown split {split!r} (train, test)")
+    rng = random.Random(f"arith/{split}/{seed}")
+    want_test = split == "test"
+    seen: set[str] = set()
+    while True:
+        p = _make_problem(rng)
+        if is_test_question(p.question) != want_test or p.question in seen:
+            continue
+        if want_test:
+            seen.add(p.question)
+        yield p
+
+
+def generate_split(split: str, n: int, seed: int = DEFAULT_SEED) -> list[ArithProblem]:
+    out = []
+    for p in iter_split(split, seed):
+        out.append(p)
+        if len(out) >= n:
+            break
+    return out
+
+
+# ---- prompt / completion format shared by training and evaluation ----------------------------------
+
+def prompt_text(question: str) -> str:
+    return f"Q: {question}\nA:"
+
+
+def completion_text(solution: str) -> str:
+    """Training target after the prompt (the tokenizer's EOS token is appended by the trainer)."""
+    return f" {solution}\n\n"
+
+
+STOP_STRINGS = ["\n\n", "\nQ:"]
+
+
+# ---- benchmark registry class -----------------------------------------------------------------------
+
+from recdiff.benchmarks import Benchmark, Problem, Score, register  # noqa: E402
+
+
+def _fallback_flexible_extract(text: str):  # used only while recdiff.benchmarks.gsm8k does not exist
+    nums = re.findall(r"(-?[$0-9.,]{2,})|(-?[0-9]+)", text)
+    if not nums:
+        return None
+    a, b = nums[-1]
+    return (a or b).strip().rstrip(".")
+
+
+def _normalize(num: str | None) -> str | None:
+    if num is None:
+        return None
+    s = str(num).replace(",", "").replace("$", "").strip().rstrip(".")
+    try:
+        f = float(s)
+    except ValueError:
+        return s
+    return str(int(f)) if f == int(f) else str(f)
+
+
+@register("arith")
+class ArithBenchmark(Benchmark):
+    """``get_benchmark("arith", split="test", n_problems=1000, seed=1234, limit=None, offset=0)``.
+
+    ``seed`` is the generator seed of the split (the test split of seed 1234 is the one the embedded model was
+    never trained on; training draws from the disjoint train split); ``n_problems`` distinct problems are
+    generated, then ``offset``/``limit`` (and an optional seeded ``subsample``) select the slice.
+    """
+
+    name = "arith"
+    stop_strings = list(STOP_STRINGS)
+
+    def __init__(self, *, split: str = "test", n_problems: int = DEFAULT_N_PROBLEMS, seed: int = DEFAULT_SEED,
+                 **options):
+        if split not in ("train", "test"):
+            from recdiff.errors import RecdiffError
+            raise RecdiffError(f"arith: unknown split {split!r} (expected 'train' or 'test')")
+        if int(n_problems) < 1:
+            from recdiff.errors import RecdiffError
+            raise RecdiffError(f"arith: n_problems must be >= 1, got {n_problems}")
+        options.pop("path", None)  # generated in-process, nothing to read
+        super().__init__(seed=seed, **options)
+        self.split, self.n_problems = split, int(n_problems)
+
+    def _rows(self) -> tuple[list[dict], str]:
+        raw = generate_split(self.split, self.n_problems, self.seed)
+        rows = [{"question": p.question, "solution": p.solution, "answer": p.answer, "n_ops": p.n_ops} for p in raw]
+        return rows, f"arith:{self.split}:seed={self.seed}:n={self.n_problems}"
+
+    def _problem(self, row: dict, index: int) -> Problem:
+        return Problem(id=f"arith-{self.split}-{self.seed}-{index}", question=row["question"],
+                       reference=str(row["answer"]), meta={"solution": row["solution"], "n_ops": row["n_ops"]})
+
+    def render(self, problem: Problem, tokenizer=None) -> str:
+        return prompt_text(problem.question)  # the embedded model's training format; no chat template
+
+    def score_all(self, problems: list, completions: list) -> list:
+        self._check_lengths(problems, completions)
+        try:
+            from recdiff.benchmarks.gsm8k import flexible_extract
+        except ImportError:  # pragma: no cover - until the gsm8k module exists
+            flexible_extract = _fallback_flexible_extract
+        out = []
+        for p, c in zip(problems, completions):
+            extracted = flexible_extract(c)
+            ok = extracted is not None and _normalize(extracted) == _normalize(p.reference)
+            out.append(Score(correct=bool(ok), extracted=None if extracted is None else str(extracted),
+                             detail={"reference": p.reference}))
+        return out

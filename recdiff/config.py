@@ -1,0 +1,120 @@
+"""Model configuration, read from and written to the official Huginn ``config.json`` field names."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from recdiff.errors import RecdiffError
+
+# Fields without a default must be present in every config.json we load.
+_REQUIRED = (
+    "n_embd",
+    "n_heads",
+    "n_layers_in_prelude",
+    "n_layers_in_recurrent_block",
+    "n_layers_in_coda",
+    "intermediate_size",
+    "vocab_size",
+    "block_size",
+)
+
+
+@dataclass
+class RecurrentConfig:
+    n_embd: int
+    n_heads: int
+    n_layers_in_prelude: int
+    n_layers_in_recurrent_block: int
+    n_layers_in_coda: int
+    intermediate_size: int
+    vocab_size: int
+    block_size: int
+    num_key_value_heads: int | None = None
+    padded_vocab_size: int | None = None
+    tie_embeddings: bool = True
+    qk_bias: bool = True
+    bias: bool = False
+    mean_recurrence: int = 32
+    mean_backprop_depth: int = 8
+    rope_base: float = 50000.0
+    norm_eps: float = 1e-6
+    init_values: dict[str, float] = field(default_factory=dict)
+    # Token ids that end generation (Huginn: <|begin_text|>, <|end_text|>, <|end_turn|>); config.json may set them.
+    eos_token_id: int | list[int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_key_value_heads is None:
+            self.num_key_value_heads = self.n_heads
+        if self.padded_vocab_size is None:
+            self.padded_vocab_size = self.vocab_size
+        if self.n_embd % self.n_heads:
+            raise RecdiffError(f"config: n_embd={self.n_embd} is not divisible by n_heads={self.n_heads}")
+        if self.n_heads % self.num_key_value_heads:
+            raise RecdiffError(
+                f"config: n_heads={self.n_heads} is not a multiple of num_key_value_heads={self.num_key_value_heads}"
+            )
+        for name in ("n_embd", "n_heads", "n_layers_in_recurrent_block", "intermediate_size", "vocab_size", "block_size"):
+            if getattr(self, name) < 1:
+                raise RecdiffError(f"config: {name} must be positive, got {getattr(self, name)}")
+        # Huginn's "takase" initialisation constants; config.json stores them, fall back to the formulas.
+        d = self.n_embd
+        std = math.sqrt(2 / (5 * d))
+        defaults = {
+            "std": std,
+            "embedding": std,
+            "out_proj": std / math.sqrt(2 * self.effective_expected_depth),
+            "embed_scale": math.sqrt(d),
+        }
+        self.init_values = {**defaults, **(self.init_values or {})}
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_heads
+
+    @property
+    def n_layers(self) -> int:
+        return self.n_layers_in_prelude + self.n_layers_in_recurrent_block + self.n_layers_in_coda
+
+    @property
+    def effective_expected_depth(self) -> int:
+        return self.n_layers_in_prelude + self.n_layers_in_coda + self.n_layers_in_recurrent_block * self.mean_recurrence
+
+    @property
+    def embed_scale(self) -> float:
+        return float(self.init_values["embed_scale"])
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], source: str = "config") -> "RecurrentConfig":
+        missing = [k for k in _REQUIRED if k not in d]
+        if missing:
+            raise RecdiffError(f"{source}: missing required keys {', '.join(missing)}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in names}
+        for k in _REQUIRED:
+            if not isinstance(kwargs[k], int) or isinstance(kwargs[k], bool):
+                raise RecdiffError(f"{source}: {k} must be an integer, got {kwargs[k]!r}")
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The official layout: our fields plus the constants the reference's RavenConfig expects."""
+        d = dataclasses.asdict(self)
+        if d["eos_token_id"] is None:
+            del d["eos_token_id"]
+        d.update(
+            model_type="huginn_raven",
+            architectures=["RavenForCausalLM"],
+            n_layers=self.n_layers,
+            head_dim=self.head_dim,
+            effective_expected_depth=self.effective_expected_depth,
+            block_class_name="SandwichBlock",
+            norm_class_name="RMSNorm_llama",
+            mlp_class_name="GatedMLP",
+            nonlin_name="SiLU",
+            injection_type="linear",
+            state_init="like-init",
+            sampling_scheme="poisson-lognormal-filling",
+        )
+        return d

@@ -1,0 +1,5 @@
+"""The one exception type recdiff raises for bad user input."""
+
+
+class RecdiffError(ValueError):
+    """One-line, user-facing error."""

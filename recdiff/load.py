@@ -1,0 +1,152 @@
+"""Load and save checkpoints in the official Hugging Face layout of Huginn-0125.
+
+A folder (or hub repository) with ``config.json`` and ``*.safetensors`` holding the official parameter names
+(``transformer.wte.weight``, ``transformer.prelude.0.attn.Wqkv.weight``, …; ``lm_head.weight`` absent when tied),
+optionally with ``tokenizer.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from recdiff.config import RecurrentConfig
+from recdiff.errors import RecdiffError
+from recdiff.model import RecurrentDepthModel, rope_table
+
+HUGINN_HUB_ID = "tomg-group-umd/huginn-0125"
+_HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+           "float16": torch.float16, "fp16": torch.float16, "float64": torch.float64}
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """bf16 on GPU, float32 on CPU unless asked otherwise."""
+    if dtype is None or dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in _DTYPES:
+        raise RecdiffError(f"unknown dtype {dtype!r}; choose one of {', '.join(sorted(_DTYPES))}")
+    return _DTYPES[dtype]
+
+
+def resolve_checkpoint(path_or_hub_id: str | os.PathLike) -> Path:
+    """A local folder as is; a hub id from the local HF cache or, when reachable, downloaded."""
+    p = Path(path_or_hub_id).expanduser()
+    if p.is_dir():
+        return p
+    name = str(path_or_hub_id)
+    if not _HUB_ID.match(name):
+        raise RecdiffError(f"checkpoint folder {name!r} does not exist (give a folder with config.json and *.safetensors, or a hub id like {HUGINN_HUB_ID})")
+    from huggingface_hub import snapshot_download
+
+    patterns = ["*.json", "*.safetensors", "tokenizer*"]
+    try:
+        return Path(snapshot_download(name, allow_patterns=patterns, local_files_only=True))
+    except Exception:
+        pass
+    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "10")
+    os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "10")
+    try:
+        return Path(snapshot_download(name, allow_patterns=patterns))
+    except Exception as err:  # offline, unknown repo, gated, …: one line that says what to do instead
+        raise RecdiffError(
+            f"could not download {name!r} from the Hugging Face hub ({type(err).__name__}); download it where the hub is "
+            f"reachable (huggingface-cli download {name} --local-dir DIR) and pass that folder instead "
+            "(model.path=DIR, or recdiff.load_model('DIR'))"
+        ) from None
+
+
+def read_config(folder: Path) -> RecurrentConfig:
+    f = folder / "config.json"
+    if not f.is_file():
+        raise RecdiffError(f"{folder} has no config.json; is it a Huginn-layout checkpoint folder?")
+    try:
+        raw = json.loads(f.read_text())
+    except json.JSONDecodeError as err:
+        raise RecdiffError(f"{f} is not valid JSON ({err.msg} at line {err.lineno})") from None
+    return RecurrentConfig.from_dict(raw, source=str(f))
+
+
+def _read_tensors(folder: Path, device: torch.device) -> dict[str, torch.Tensor]:
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():  # sharded checkpoint: the index names the shard files
+        files = sorted({folder / f for f in json.loads(index.read_text())["weight_map"].values()})
+    else:
+        files = sorted(folder.glob("model*.safetensors"))
+    if not files:
+        raise RecdiffError(f"{folder} has no model*.safetensors weights")
+    tensors: dict[str, torch.Tensor] = {}
+    for f in files:
+        tensors.update(load_file(f, device=str(device)))
+    return tensors
+
+
+def load_model(path_or_hub_id: str | os.PathLike, device: str | torch.device = "cpu",
+               dtype: str | torch.dtype | None = None) -> RecurrentDepthModel:
+    """Load a Huginn-layout checkpoint (folder or hub id) → eval-mode model, with ``.tokenizer`` when present."""
+    folder = resolve_checkpoint(path_or_hub_id)
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RecdiffError("device 'cuda' requested but no CUDA device is available; use device=cpu")
+    dt = resolve_dtype(dtype, device)
+    cfg = read_config(folder)
+    tensors = _read_tensors(folder, device)
+    with torch.device("meta"):
+        model = RecurrentDepthModel(cfg)
+    expected = {k: v.shape for k, v in model.state_dict().items()}
+    if cfg.tie_embeddings:
+        expected.pop("lm_head.weight")
+        tensors.pop("lm_head.weight", None)
+    tensors.pop("freqs_cis", None)  # the RoPE table is recomputed from the config
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    if missing or unexpected:
+        what = (f"missing {', '.join(missing[:4])}" if missing else "") + ("; " if missing and unexpected else "")
+        what += f"unexpected {', '.join(unexpected[:4])}" if unexpected else ""
+        raise RecdiffError(f"{folder}: weights do not match config.json ({what})")
+    for k, shape in expected.items():
+        if tensors[k].shape != shape:
+            raise RecdiffError(f"{folder}: tensor {k} has shape {tuple(tensors[k].shape)}, config.json implies {tuple(shape)}")
+    model.load_state_dict({k: v.to(dt) for k, v in tensors.items()}, strict=False, assign=True)
+    if cfg.tie_embeddings:
+        model.lm_head.weight = model.transformer.wte.weight
+    model.freqs_cis = rope_table(cfg.head_dim, cfg.block_size, cfg.rope_base).to(device)
+    model.eval().requires_grad_(False)
+    model.tokenizer = load_tokenizer(folder)
+    model.source = str(path_or_hub_id)  # type: ignore[attr-defined]
+    return model
+
+
+def load_tokenizer(folder: Path) -> Any:
+    if not (folder / "tokenizer.json").is_file():
+        return None
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    try:
+        return AutoTokenizer.from_pretrained(str(folder))
+    except Exception:  # no tokenizer_config.json or an unknown tokenizer class: the raw tokenizer.json still works
+        return PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
+
+
+def save_pretrained(model: RecurrentDepthModel, folder: str | os.PathLike, tokenizer: Any = None) -> Path:
+    """Write config.json + model.safetensors (official names, tied head omitted) [+ tokenizer files]."""
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    sd = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    if model.config.tie_embeddings:
+        sd.pop("lm_head.weight", None)
+    dtype = str(next(iter(sd.values())).dtype).removeprefix("torch.")
+    cfg = {**model.config.to_dict(), "torch_dtype": dtype}
+    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(out))
+    return out

@@ -1,0 +1,19 @@
+"""Adaptive-compute autoregressive decoding: each token exits its recurrence once the latent change
+‖s_k − s_{k−1}‖/‖s_k‖ (mean over the positions of the call) falls below ε, after at most r steps."""
+
+from __future__ import annotations
+
+from recdiff.samplers.ar import run_ar
+from recdiff.samplers.base import Context, GenerationResult, non_negative, one_of, positive, positive_int, validate
+
+SPEC = {
+    "r": (32, positive_int),
+    "epsilon": (0.03, positive),
+    "init_scale": (0.0, non_negative),
+    "kv_cache": ("shared", one_of("shared", "per_step")),
+}
+
+
+def generate(ctx: Context, params: dict) -> GenerationResult:
+    p = validate("adaptive", params, SPEC)
+    return run_ar(ctx, r=p["r"], init_scale=p["init_scale"], kv_cache=p["kv_cache"], epsilon=p["epsilon"])

@@ -1,0 +1,161 @@
+"""What every sampler shares: parameter validation, token selection, stop conditions, the result type."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from recdiff.errors import RecdiffError
+from recdiff.model import RecurrentDepthModel
+
+
+@dataclass
+class GenerationResult:
+    tokens: list[int]  # new tokens only
+    stats: dict[str, Any]
+    trace: Any = None  # recdiff.trace.DiffusionTrace for the diffusion sampler with trace=True
+    stopped_by: str = "length"  # "length" | "stop_token" | "stop_string" | "max_steps"
+
+
+# --------------------------------------------------------------------------------------------- parameters
+Check = Callable[[Any], str | None]  # returns a complaint or None
+
+
+def positive_int(v: Any) -> str | None:
+    return None if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else "must be an integer >= 1"
+
+
+def non_negative_int(v: Any) -> str | None:
+    return None if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else "must be an integer >= 0"
+
+
+def unit_interval(v: Any) -> str | None:
+    return None if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1 else "must be in [0, 1]"
+
+
+def half_open_unit(v: Any) -> str | None:
+    return None if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1 else "must be in [0, 1)"
+
+
+def non_negative(v: Any) -> str | None:
+    return None if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else "must be a number >= 0"
+
+
+def positive(v: Any) -> str | None:
+    return None if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else "must be a number > 0"
+
+
+def boolean(v: Any) -> str | None:
+    return None if isinstance(v, bool) else "must be true or false"
+
+
+def one_of(*choices: str) -> Check:
+    def check(v: Any) -> str | None:
+        return None if v in choices else f"must be one of {', '.join(choices)}"
+
+    return check
+
+
+def validate(sampler: str, params: dict[str, Any], spec: dict[str, tuple[Any, Check]]) -> dict[str, Any]:
+    """Fill defaults from ``spec`` (name → (default, check)) and reject unknown names or bad values in one line."""
+    for name in params:
+        if name not in spec:
+            close = difflib.get_close_matches(name, spec, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(sorted(spec))})"
+            raise RecdiffError(f"unknown parameter {name!r} for sampler {sampler!r}{hint}")
+    out = {name: params.get(name, default) for name, (default, _) in spec.items()}
+    for name, (_, check) in spec.items():
+        complaint = check(out[name])
+        if complaint:
+            raise RecdiffError(f"{sampler} sampler: {name}={out[name]!r} {complaint}")
+    return out
+
+
+# --------------------------------------------------------------------------------------------- selection
+class Selector:
+    """Greedy (temperature 0) or seeded temperature / top-p sampling over rows of logits."""
+
+    def __init__(self, temperature: float, top_p: float, generator: torch.Generator) -> None:
+        if not isinstance(temperature, (int, float)) or temperature < 0:
+            raise RecdiffError(f"temperature={temperature!r} must be a number >= 0 (0 = greedy)")
+        if not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+            raise RecdiffError(f"top_p={top_p!r} must be in (0, 1]")
+        self.temperature, self.top_p, self.generator = float(temperature), float(top_p), generator
+
+    def __call__(self, logits: Tensor) -> Tensor:
+        """``(N, V)`` float logits → ``(N,)`` token ids."""
+        if self.temperature == 0:
+            return logits.argmax(dim=-1)
+        probs = torch.softmax(logits.float() / self.temperature, dim=-1)
+        if self.top_p < 1:
+            sorted_p, idx = probs.sort(dim=-1, descending=True)
+            # keep the smallest prefix whose mass reaches top_p (always at least the top token)
+            drop = (sorted_p.cumsum(-1) - sorted_p) >= self.top_p
+            sorted_p = sorted_p.masked_fill(drop, 0.0)
+            probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p)
+        return torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
+
+
+# --------------------------------------------------------------------------------------------- stopping
+class StopCondition:
+    """Stop token ids, and stop strings checked on the decoded tail (needs the model's tokenizer)."""
+
+    def __init__(self, stop_token_ids: Sequence[int] | None, stop_strings: Sequence[str] | None, tokenizer: Any) -> None:
+        self.ids = set(int(i) for i in (stop_token_ids or ()))
+        self.strings = [s for s in (stop_strings or ()) if s]
+        if self.strings and tokenizer is None:
+            raise RecdiffError("stop_strings need a tokenizer; this model was loaded without one (use stop_token_ids)")
+        self.tokenizer = tokenizer
+
+    def first_stop(self, tokens: list[int], new_from: int) -> tuple[int, str] | None:
+        """If tokens[new_from:] complete a stop, return (number of tokens to keep, reason)."""
+        for i in range(new_from, len(tokens)):
+            if tokens[i] in self.ids:
+                return i + 1, "stop_token"
+        if self.strings:
+            # decoding everything is simple and, at benchmark lengths, cheap next to a forward pass
+            text = self.tokenizer.decode(tokens)
+            if any(s in text for s in self.strings):
+                for n in range(max(new_from, 1), len(tokens) + 1):
+                    if any(s in self.tokenizer.decode(tokens[:n]) for s in self.strings):
+                        return n, "stop_string"
+        return None
+
+
+def default_stop_ids(model: RecurrentDepthModel, stop_token_ids: Sequence[int] | None) -> list[int] | None:
+    """Explicit ids win; else the config's eos ids; else the tokenizer's eos id."""
+    if stop_token_ids is not None:
+        return list(stop_token_ids)
+    eos = model.config.eos_token_id
+    if eos is not None:
+        return [eos] if isinstance(eos, int) else list(eos)
+    tok = model.tokenizer
+    if tok is not None and getattr(tok, "eos_token_id", None) is not None:
+        return [tok.eos_token_id]
+    return None
+
+
+@dataclass
+class Context:
+    """Per-call state handed to a sampler."""
+
+    model: RecurrentDepthModel
+    prompt: Tensor  # (1, L) long on the model's device
+    max_new_tokens: int
+    select: Selector
+    stop: StopCondition
+    generator: torch.Generator
+    trace: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def check_fits(self, total: int) -> None:
+        block = self.model.config.block_size
+        if total > block:
+            raise RecdiffError(
+                f"prompt of {self.prompt.shape[1]} tokens + up to {total - self.prompt.shape[1]} more positions exceeds "
+                f"the model's block_size {block}; shorten the prompt or lower max_new_tokens"
+            )

@@ -1,0 +1,65 @@
+"""Small byte-level BPE tokenizer for the embedded model, built with the ``tokenizers`` library.
+
+Digits are always single tokens (``Digits(individual_digits=True)`` before the byte-level split), so the model
+sees numbers digit by digit, while the template words of the ``arith`` benchmark become single tokens.
+Saved as ``tokenizer.json`` + ``tokenizer_config.json`` + ``special_tokens_map.json`` so that
+``transformers.PreTrainedTokenizerFast`` / ``AutoTokenizer`` loads it offline.  No BOS is added on
+encoding (no post-processor), so ``tokenizer(text)`` and ``tokenizer.encode(text)`` give the same ids as
+training regardless of ``add_special_tokens``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+PAD_TOKEN = "<|pad|>"
+EOS_TOKEN = "<|end_of_text|>"
+BOS_TOKEN = "<|begin_of_text|>"
+UNK_TOKEN = "<|unk|>"
+SPECIAL_TOKENS = [PAD_TOKEN, EOS_TOKEN, BOS_TOKEN, UNK_TOKEN]
+
+
+def build_tokenizer(texts: Iterable[str], vocab_size: int = 384) -> Tokenizer:
+    tok = Tokenizer(models.BPE(unk_token=None, byte_fallback=False))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
+def save_tokenizer(tok: Tokenizer, folder: str | Path, model_max_length: int) -> None:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    cfg = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": BOS_TOKEN,
+        "eos_token": EOS_TOKEN,
+        "pad_token": PAD_TOKEN,
+        "unk_token": UNK_TOKEN,
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": int(model_max_length),
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    special = {"bos_token": BOS_TOKEN, "eos_token": EOS_TOKEN, "pad_token": PAD_TOKEN, "unk_token": UNK_TOKEN}
+    (folder / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n")
+
+
+def load_hf_tokenizer(folder: str | Path):
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast.from_pretrained(str(folder))

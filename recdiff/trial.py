@@ -1,0 +1,343 @@
+"""One trial: a composed config → measurements (knows nothing of Optuna).
+
+:class:`Workload` holds what stays fixed over the trials of a job — the benchmark slice and the model
+(loaded once per process and cached across the jobs of a multirun). :func:`run_trial` runs the sampler
+over the slice: an untimed warm-up, then one device-synchronised timing per sample; it returns accuracy
+with its 95% Wilson interval, the median tokens/s per sample (the paper's "t/s"), mean core passes per
+token, peak memory, and writes the per-sample table (``samples.parquet`` + ``samples.csv``) and a few
+diffusion traces (``traces/*.npz``) into the trial's output directory.
+
+Failures are exceptions for the caller to record: :class:`~recdiff.errors.RecdiffError` = an invalid
+combination of settings, :class:`TrialTimeout`, ``torch.OutOfMemoryError``/``MemoryError``, anything else.
+Errors in the setup (:meth:`Workload.from_config`: unknown benchmark, missing model) are the user's to fix
+and are raised as ``RecdiffError`` before any trial starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from recdiff.errors import RecdiffError
+from recdiff.timing import PeakMemory, Timer, median_tokens_per_s
+
+# (resolved path, device, dtype) → model; one load per process, reused by every job it runs.
+_MODELS: dict[tuple[str, str, str | None], Any] = {}
+
+SAMPLE_COLUMNS = ["problem_id", "prompt", "output", "extracted", "reference", "correct", "new_tokens",
+                  "time_s", "tokens_per_s", "core_passes", "steps"]
+
+
+class TrialTimeout(Exception):
+    """The trial ran longer than ``run.timeout_s``."""
+
+
+@dataclass
+class TrialResult:
+    accuracy: float
+    tokens_per_s: float
+    attrs: dict[str, Any]                 # user attributes (docs/architecture.md, "Studies")
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    stability_png: str | None = None      # the first trace drawn, for the dashboard
+
+
+# ------------------------------------------------------------------------------------------ config helpers
+
+
+def sampler_params(sampler_cfg: DictConfig | dict) -> dict[str, Any]:
+    """The keyword arguments for ``recdiff.generate``: the sampler keys without ``name`` and unset values."""
+    d = sampler_cfg if isinstance(sampler_cfg, dict) else OmegaConf.to_container(sampler_cfg, resolve=True,
+                                                                                  enum_to_str=True)
+    return {k: v for k, v in d.items() if k != "name" and v is not None}
+
+
+def check_combination(sampler: str, params: dict[str, Any]) -> str | None:
+    """Why this combination of sampler settings cannot run (None when it can)."""
+    for key in ("r", "r_inner", "wavefront", "headway", "r_draft", "lookahead", "max_steps"):
+        if key in params and params[key] < 1:
+            return f"{key}={params[key]} must be >= 1"
+    r = params.get("r")
+    if r is not None and params.get("r_inner", 0) > r:
+        return f"r_inner={params['r_inner']} exceeds r={r}"
+    if r is not None and params.get("r_draft", 0) > r:
+        return f"r_draft={params['r_draft']} exceeds r={r}"
+    if params.get("headway", 0) > params.get("wavefront", math.inf):
+        return f"headway={params['headway']} exceeds wavefront={params['wavefront']}"
+    for key in ("beta",):
+        if key in params and not 0 <= params[key] <= 1:
+            return f"{key}={params[key]} must be in [0, 1]"
+    if "eta" in params and not 0 <= params["eta"] < 1:
+        return f"eta={params['eta']} must be in [0, 1)"
+    for key in ("epsilon", "init_scale"):
+        if key in params and params[key] < 0:
+            return f"{key}={params[key]} must be >= 0"
+    return None
+
+
+def resolve_model_path(path: str) -> str:
+    """Local folder (``recdiff/...`` = inside the installed package) or a Hugging Face hub id."""
+    p = Path(os.path.expanduser(path))
+    if p.exists():
+        return str(p.resolve())
+    if path.startswith("recdiff/"):
+        import recdiff
+
+        packaged = Path(recdiff.__file__).resolve().parent / path[len("recdiff/"):]
+        if packaged.exists():
+            return str(packaged)
+        raise RecdiffError(f"model path not found: {path} (looked in {packaged})")
+    looks_local = p.is_absolute() or path.startswith((".", "~")) or path.count("/") != 1
+    if looks_local:
+        raise RecdiffError(f"model path not found: {path}")
+    return path  # "org/name": a hub id, resolved by recdiff.load_model
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RecdiffError(f"model.device={device} but no CUDA device is available (use model.device=cpu)")
+    return device
+
+
+def load_model_cached(path: str, device: str, dtype: str | None) -> Any:
+    key = (path, device, dtype)
+    if key not in _MODELS:
+        import recdiff
+
+        _MODELS[key] = recdiff.load_model(path, device=device, dtype=dtype)
+    return _MODELS[key]
+
+
+class ByteCodec:
+    """Prompt encoding for models without a tokenizer (the test fixture): UTF-8 bytes as token ids."""
+
+    eos_token_id = None
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
+
+
+def _encode(tokenizer: Any, text: str) -> list[int]:
+    if isinstance(tokenizer, ByteCodec):
+        return tokenizer.encode(text)
+    bos = getattr(tokenizer, "bos_token", None)
+    # a chat template already wrote the BOS token; do not add a second one
+    special = not (bos and text.startswith(bos))
+    return list(tokenizer.encode(text, add_special_tokens=special))
+
+
+def _cut_at_stop(text: str, stops: list[str]) -> str:
+    cut = min((text.find(s) for s in stops if s and s in text), default=-1)
+    return text if cut < 0 else text[:cut]
+
+
+# ---------------------------------------------------------------------------------------------- workload
+
+
+@dataclass
+class Workload:
+    model: Any
+    device: str
+    benchmark: Any
+    problems: list[Any]
+
+    @classmethod
+    def from_config(cls, cfg: DictConfig) -> "Workload":
+        """Benchmark slice first (cheap, validates options), then the model (cached per process)."""
+        from recdiff.benchmarks import get_benchmark
+
+        options = OmegaConf.to_container(cfg.benchmark, resolve=True)
+        name = options.pop("name")
+        for key in ("limit", "offset", "seed", "n_shot"):
+            v = options.get(key)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+                raise RecdiffError(f"benchmark.{key}={v!r} must be an integer")
+        bench = get_benchmark(name, **options)
+        problems = list(bench.problems())
+        if not problems:
+            raise RecdiffError(f"benchmark {name} has no problems in this slice (benchmark.limit/offset)")
+        path = resolve_model_path(str(cfg.model.path))
+        device = resolve_device(str(cfg.model.device))
+        if cfg.run.threads:
+            torch.set_num_threads(int(cfg.run.threads))
+        model = load_model_cached(path, device, cfg.model.dtype)
+        return cls(model=model, device=device, benchmark=bench, problems=problems)
+
+
+# ------------------------------------------------------------------------------------------------ timeout
+
+
+@contextlib.contextmanager
+def deadline(seconds: float | None) -> Iterator[Callable[[], None]]:
+    """Raise :class:`TrialTimeout` after ``seconds``: by SIGALRM in the main thread (interrupts a long
+    generate call), and by the returned ``check()`` between samples everywhere."""
+    if not seconds:
+        yield lambda: None
+        return
+    end = time.monotonic() + seconds
+
+    def check() -> None:
+        if time.monotonic() > end:
+            raise TrialTimeout(f"timeout: trial ran longer than {seconds:g} s")
+
+    use_alarm = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+    if use_alarm:
+        def on_alarm(signum: int, frame: Any) -> None:
+            raise TrialTimeout(f"timeout: trial ran longer than {seconds:g} s")
+
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield check
+    finally:
+        if use_alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+
+def _inject(fault: str | None) -> None:
+    if fault is None:
+        return
+    if fault == "error":
+        raise RuntimeError("injected error (run.inject_fault=error)")
+    if fault == "oom":
+        raise torch.OutOfMemoryError("injected out-of-memory (run.inject_fault=oom)")
+    if fault == "invalid":
+        raise RecdiffError("injected invalid combination (run.inject_fault=invalid)")
+    if fault == "hang":
+        while True:
+            time.sleep(0.05)
+    if fault == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+# -------------------------------------------------------------------------------------------------- trial
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(name))[:80]
+
+
+def run_trial(work: Workload, cfg: DictConfig, output_dir: str | os.PathLike) -> TrialResult:
+    """Run ``cfg.sampler`` over the workload's problems; write samples and traces under ``output_dir``."""
+    import recdiff
+    from recdiff.benchmarks.stats import wilson_interval
+
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    name = str(cfg.sampler.name)
+    params = sampler_params(cfg.sampler)
+    reason = check_combination(name, params)
+    if reason:
+        raise RecdiffError(reason)
+
+    tok = work.model.tokenizer
+    codec = tok if tok is not None else ByteCodec()
+    stops = list(work.benchmark.stop_strings or [])
+    eos = getattr(codec, "eos_token_id", None)
+    gen_kwargs = dict(
+        sampler=name, max_new_tokens=int(cfg.run.max_new_tokens), seed=int(cfg.run.seed),
+        temperature=float(cfg.run.temperature), top_p=float(cfg.run.top_p),
+        stop_token_ids=[eos] if eos is not None else None,
+        stop_strings=stops if tok is not None else None,   # the fixture has no tokenizer: cut below
+        **params,
+    )
+    prompts = [work.benchmark.render(p, tok) for p in work.problems]
+    prompt_ids = [_encode(codec, t) for t in prompts]
+    n_traces = int(cfg.run.n_traces) if name == "diffusion" else 0
+    fault = cfg.run.inject_fault
+    fault = getattr(fault, "value", fault)
+
+    rows: list[dict[str, Any]] = []
+    completions: list[str] = []
+    stats: list[dict[str, Any]] = []
+    trace_paths: list[str] = []
+    with deadline(cfg.run.timeout_s) as check_time:
+        for _ in range(int(cfg.run.warmup)):   # untimed: allocations, kernel selection, caches
+            recdiff.generate(work.model, prompt_ids[0], **{**gen_kwargs, "max_new_tokens": min(8, gen_kwargs["max_new_tokens"])})
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(work.problems), desc=f"{name} " + " ".join(f"{k}={v}" for k, v in params.items()
+                                                                         if k in ("r", "r_inner", "beta", "epsilon")),
+                   file=sys.stderr, disable=not cfg.run.progress, leave=False, dynamic_ncols=True)
+        with PeakMemory(work.device) as mem, bar:
+            for i, (problem, text, ids) in enumerate(zip(work.problems, prompts, prompt_ids)):
+                if i == 0:
+                    _inject(fault)
+                want_trace = i < n_traces
+                with Timer(work.device) as t:
+                    res = recdiff.generate(work.model, ids, trace=want_trace, **gen_kwargs)
+                completion = _cut_at_stop(codec.decode(list(res.tokens)), stops) if tok is None else codec.decode(list(res.tokens))
+                completions.append(completion)
+                stats.append(dict(res.stats))
+                n_new = int(res.stats.get("new_tokens", len(res.tokens)))
+                rows.append(dict(problem_id=str(problem.id), prompt=text, output=completion, reference=str(problem.reference),
+                                 new_tokens=n_new, time_s=t.seconds, tokens_per_s=n_new / t.seconds if t.seconds > 0 else 0.0,
+                                 core_passes=int(res.stats.get("core_passes", 0)), steps=int(res.stats.get("steps", 0))))
+                if want_trace and getattr(res, "trace", None) is not None:
+                    path = out / "traces" / f"{i:03d}_{_safe(problem.id)}.npz"
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    res.trace.save(str(path))
+                    trace_paths.append(str(path))
+                bar.update(1)
+                check_time()
+
+    scores = work.benchmark.score_all(work.problems, completions)
+    for row, score in zip(rows, scores):
+        row["correct"] = bool(score.correct)
+        row["extracted"] = score.extracted
+    k, n = sum(r["correct"] for r in rows), len(rows)
+    low, high = wilson_interval(k, n)
+    total_tokens = sum(r["new_tokens"] for r in rows)
+    kv = [s["kv_cache_bytes"] for s in stats if s.get("kv_cache_bytes") is not None]
+    if not kv and callable(getattr(work.model, "kv_cache_bytes", None)):
+        kv = [work.model.kv_cache_bytes()]
+
+    samples_path = _write_samples(rows, out)
+    stability_png = None
+    if trace_paths:
+        from recdiff.artifacts import plot_stability
+
+        stability_png = plot_stability(trace_paths[0], out / "stability.png", tokenizer=tok)
+
+    attrs = dict(
+        accuracy_low=float(low), accuracy_high=float(high), n_samples=n, n_correct=k,
+        core_passes_per_token=sum(r["core_passes"] for r in rows) / total_tokens if total_tokens else 0.0,
+        peak_memory_bytes=int(mem.bytes), kv_cache_bytes=int(max(kv)) if kv else None,
+        mean_new_tokens=total_tokens / n if n else 0.0,
+        time_per_sample_s=sum(r["time_s"] for r in rows) / n if n else 0.0,
+        samples_path=str(samples_path), trace_paths=trace_paths, output_dir=str(out),
+    )
+    return TrialResult(accuracy=k / n if n else 0.0,
+                       tokens_per_s=median_tokens_per_s([r["new_tokens"] for r in rows], [r["time_s"] for r in rows]),
+                       attrs=attrs, rows=rows, stability_png=str(stability_png) if stability_png else None)
+
+
+def _write_samples(rows: list[dict[str, Any]], out: Path) -> Path:
+    import polars as pl
+
+    df = pl.DataFrame([{c: r.get(c) for c in SAMPLE_COLUMNS} for r in rows],
+                      schema={"problem_id": pl.Utf8, "prompt": pl.Utf8, "output": pl.Utf8, "extracted": pl.Utf8,
+                              "reference": pl.Utf8, "correct": pl.Boolean, "new_tokens": pl.Int64,
+                              "time_s": pl.Float64, "tokens_per_s": pl.Float64, "core_passes": pl.Int64,
+                              "steps": pl.Int64})
+    path = out / "samples.parquet"
+    df.write_parquet(path)
+    df.write_csv(out / "samples.csv")   # the dashboard shows .csv artifacts as a table
+    return path

@@ -1,0 +1,62 @@
+"""Sweep entry point: ``python sweep.py -m sampler.r_inner=1,2,4,8`` (see README and sweeps/README.md).
+
+Each Hydra job either runs one trial and records it in the Optuna study (``study.mode=grid``) or runs an
+ask/tell loop until the study holds ``study.n_trials`` trials (``study.mode=search``). Everything but the
+entry point lives in :mod:`recdiff.study` (Optuna) and :mod:`recdiff.trial` (config -> measurements).
+Bad input (a config typo, a wrong type, an unknown storage, a missing model) ends with one line
+``error: ...`` on stderr and exit code 2 (``RECDIFF_TRACEBACK=1`` shows the traceback instead).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+import recdiff.schema  # noqa: F401  (registers the structured-config schemas)
+
+REPO = Path(__file__).resolve().parent
+
+
+@hydra.main(config_path="conf", config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> tuple[float, float] | None:
+    from recdiff.schema import describe_error
+    from recdiff.study import run_job
+
+    try:
+        return run_job(cfg)
+    except Exception as exc:  # Hydra would add its own lines around a job's exception: end here instead
+        if os.environ.get("RECDIFF_TRACEBACK"):
+            raise
+        print(f"error: {describe_error(exc)}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+
+
+def cli(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Paper recipes live in sweeps/ (group `sweeps`); Hydra finds them through this search path.
+    if not any(a.startswith("hydra.searchpath") for a in argv):
+        argv.append(f"hydra.searchpath=[file://{REPO}]")
+    # Exceptions reach us instead of Hydra's multi-line report; we print one line.
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    sys.argv = [sys.argv[0], *argv]
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # composition errors, RecdiffError, unknown storage, ...
+        from recdiff.schema import describe_error
+
+        if os.environ.get("RECDIFF_TRACEBACK"):
+            raise
+        print(f"error: {describe_error(exc)}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

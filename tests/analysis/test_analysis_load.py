@@ -1,0 +1,107 @@
+"""Loading studies, sweep dirs and result.json files into tidy tables."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import optuna
+import polars as pl
+import pytest
+
+from analysis import load_samples, load_trace, load_trials
+from analysis.labels import SAMPLER_KEYS
+from recdiff.errors import RecdiffError
+
+
+def test_study_dir_to_tidy_table(study_dir):
+    df = load_trials(study_dir)
+    assert len(df) == 19 and df["number"].to_list() == list(range(19))
+    for col in ("study", "state", "sampler", "benchmark", "model", *SAMPLER_KEYS, "accuracy", "tokens_per_s",
+                "accuracy_low", "accuracy_high", "n_samples", "samples_path", "trace_paths", "kv_cache_bytes"):
+        assert col in df.columns, col
+    assert df["study"].unique().to_list() == ["synthetic"]
+    assert df["state"].value_counts().sort("state").rows() == [("COMPLETE", 18), ("FAIL", 1)]
+    # Baselines get every sampler key: from the config where set, null where not applicable.
+    static = df.filter((pl.col("sampler") == "static") & (pl.col("r") == 8)).row(0, named=True)
+    assert static["r_inner"] is None and static["kv_cache"] == "shared" and static["benchmark"] == "gsm8k"
+    # Diffusion trials: params (r_inner, beta) and config-only keys (eta) both present, typed.
+    diff = df.filter((pl.col("sampler") == "diffusion") & (pl.col("r_inner") == 2) & (pl.col("beta") == 0.2))
+    assert diff["eta"].to_list() == [0.1] and diff["continuous_compute"].to_list() == [False]
+    assert df.schema["r_inner"] == pl.Int64 and df.schema["beta"] == pl.Float64
+    assert df.schema["continuous_compute"] == pl.Boolean
+    fail = df.filter(pl.col("state") == "FAIL")
+    assert fail["accuracy"].to_list() == [None]
+
+
+def test_sources_agree(study_dir, tmp_path):
+    by_dir = load_trials(study_dir)
+    by_journal = load_trials(study_dir / "journal.log")
+    assert by_dir.drop("study").equals(by_journal.drop("study"))
+    # SQLite copy of the same study via a storage URL.
+    url = f"sqlite:///{tmp_path / 'copy.db'}"
+    optuna.copy_study(from_study_name="synthetic", from_storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(study_dir / "journal.log"))), to_storage=url)
+    by_url = load_trials(url)
+    cols = ["number", "state", "r_inner", "beta", "accuracy", "tokens_per_s", "samples_path"]
+    assert by_url.select(cols).equals(by_dir.select(cols))
+    assert load_trials(tmp_path / "copy.db").select(cols).equals(by_dir.select(cols))
+
+
+def test_result_json_dir(tmp_path):
+    for i, (acc, r_inner) in enumerate([(0.5, 4), (0.4, 2)]):
+        d = tmp_path / "run" / f"t{i}"
+        d.mkdir(parents=True)
+        (d / "result.json").write_text(json.dumps({
+            "params": {"r_inner": r_inner}, "values": {"accuracy": acc, "tokens_per_s": 10.0 * (i + 1)},
+            "user_attrs": {"config": {"sampler": {"name": "diffusion", "beta": 0.2}, "benchmark": {"name": "gsm8k"}},
+                           "samples_path": "samples.parquet"},
+            "state": "COMPLETE"}))
+        pl.DataFrame({"problem_id": ["a", "b"], "correct": [True, False]}).write_parquet(d / "samples.parquet")
+    df = load_trials(tmp_path / "run")
+    assert df.select("r_inner", "beta", "accuracy", "sampler").rows() == [(4, 0.2, 0.5, "diffusion"),
+                                                                          (2, 0.2, 0.4, "diffusion")]
+    # Relative samples_path resolved against the trial's directory.
+    samples = load_samples(df)
+    assert len(samples) == 4 and set(samples["r_inner"].to_list()) == {2, 4}
+
+
+def test_samples_long_table(study_dir):
+    df = load_trials(study_dir)
+    samples = load_samples(df)
+    assert len(samples) == 4 * len(df)
+    assert {"number", "sampler", "r_inner", "problem_id", "correct", "tokens_per_s"} <= set(samples.columns)
+    assert samples.group_by("number").len()["len"].to_list() == [4] * len(df)
+
+
+def test_trace_roundtrip(tmp_path, trace):
+    np.savez(tmp_path / "t.npz", **trace)
+    t = load_trace(tmp_path / "t.npz")
+    assert t["prompt_len"] == 3 and t["tokens"].shape == (6, 8)
+    np.testing.assert_array_equal(t["frozen"], trace["frozen"])
+    assert load_trace(trace)["tokens"].tolist() == trace["tokens"].tolist()
+
+
+@pytest.mark.parametrize("make_source,match", [
+    (lambda p: p / "missing.log", "no such"),
+    (lambda p: "ftp://host/db", "unknown storage"),
+    (lambda p: f"sqlite:///{p / 'none.db'}", "no SQLite database"),
+    (lambda p: p, "no study in"),
+])
+def test_errors_are_one_line(tmp_path, make_source, match):
+    with pytest.raises(RecdiffError, match=match) as exc:
+        load_trials(make_source(tmp_path))
+    assert "\n" not in str(exc.value)
+
+
+def test_missing_and_empty_study(tmp_path):
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(tmp_path / "j.log")))
+    optuna.create_study(study_name="empty", storage=storage, directions=["maximize", "maximize"])
+    with pytest.raises(RecdiffError, match="no trials"):
+        load_trials(tmp_path / "j.log")
+    with pytest.raises(RecdiffError, match="no study 'other'"):
+        load_trials(tmp_path / "j.log", study_name="other")
+    optuna.create_study(study_name="second", storage=storage)
+    with pytest.raises(RecdiffError, match="2 studies"):
+        load_trials(tmp_path / "j.log")

@@ -1,0 +1,156 @@
+"""Each figure function plots the data it was given (asserted on artist data, not pixels)."""
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from matplotlib.axes import Axes
+import matplotlib.pyplot as plt
+
+from analysis import plots
+from analysis.labels import LABELS
+
+
+@pytest.fixture
+def grid() -> pl.DataFrame:
+    """Diffusion r′ × β grid plus static AR (r=8, r=32), adaptive and speculative baselines."""
+    rows = []
+    for i, (r_inner, beta) in enumerate([(1, 0.0), (1, 0.5), (4, 0.0), (4, 0.5), (2, 0.0)]):
+        rows.append({"number": i, "state": "COMPLETE", "sampler": "diffusion", "r_inner": r_inner, "beta": beta,
+                     "r": 32, "accuracy": 0.3 + 0.02 * r_inner + 0.1 * beta, "tokens_per_s": 300.0 / r_inner + 10 * beta,
+                     "accuracy_low": 0.25, "accuracy_high": 0.6})
+    rows += [
+        {"number": 5, "state": "COMPLETE", "sampler": "static", "r": 32, "accuracy": 0.42, "tokens_per_s": 36.0},
+        {"number": 6, "state": "COMPLETE", "sampler": "static", "r": 8, "accuracy": 0.31, "tokens_per_s": 137.0},
+        {"number": 7, "state": "COMPLETE", "sampler": "adaptive", "r": 32, "accuracy": 0.423, "tokens_per_s": 66.9},
+        {"number": 8, "state": "COMPLETE", "sampler": "speculative", "r": 32, "accuracy": 0.428, "tokens_per_s": 69.5},
+        {"number": 9, "state": "FAIL", "sampler": "diffusion", "r_inner": 8, "beta": 0.0, "r": 32},
+    ]
+    return pl.DataFrame(rows)
+
+
+def test_pareto_plot(grid):
+    ax = plots.plot_pareto(grid)
+    assert isinstance(ax, Axes)
+    diff = grid.filter((pl.col("sampler") == "diffusion") & (pl.col("state") == "COMPLETE"))
+    np.testing.assert_allclose(ax.collections[0].get_offsets(), diff.select("tokens_per_s", "accuracy").to_numpy())
+    # One colour per (r′, β) setting.
+    assert len({tuple(c) for c in ax.collections[0].get_facecolors()}) == 5
+    front = [l for l in ax.lines if l.get_label() == "Pareto front"][0]
+    # Front of the diffusion points by hand: (30·… ) every point here trades off except none dominated?
+    pts = diff.select("tokens_per_s", "accuracy").rows()
+    expected = sorted(p for p in pts if not any(q[0] >= p[0] and q[1] >= p[1] and q != p for q in pts))
+    assert list(zip(front.get_xdata(), front.get_ydata())) == pytest.approx(expected)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "r′=1, β_t=0.5" in labels and len([l for l in labels if l.startswith("r′=")]) == 5
+    # Baselines: static at r=32 only (r=8 is off-scale in the paper), adaptive, speculative.
+    assert {"Static AR (r=32)", "Adaptive Compute AR", "Speculative Decoding AR"} <= set(labels)
+    assert "Static AR (r=8)" not in labels
+    base = {c.get_label(): c.get_offsets()[0].tolist() for c in ax.collections[2:]}  # after points, error bars
+    assert set(base) == {"Static AR (r=32)", "Adaptive Compute AR", "Speculative Decoding AR"}
+    assert base["Static AR (r=32)"] == [36.0, 0.42]
+    assert ax.get_xlabel() == LABELS["tokens_per_s"] and ax.get_ylabel() == "accuracy"
+
+
+def test_pareto_plot_error_bars_and_given_axes(grid):
+    fig, ax = plt.subplots()
+    assert plots.plot_pareto(grid, baselines=False, frontier=False, ax=ax) is ax
+    bars = ax.collections[-1].get_segments()  # errorbar LineCollection: one vertical segment per point
+    diff = grid.filter((pl.col("sampler") == "diffusion") & (pl.col("state") == "COMPLETE"))
+    np.testing.assert_allclose([s[:, 1] for s in bars], [[0.25, 0.6]] * len(diff))
+    assert not ax.lines
+
+
+def test_heatmap(grid):
+    ax = plots.plot_heatmap(grid, value="accuracy", row="r_inner", col="beta")
+    arr = ax.images[0].get_array()
+    expected = np.array([[0.32, 0.37], [0.34, np.nan], [0.38, 0.43]])  # rows r′=1,2,4; cols β=0,0.5
+    np.testing.assert_allclose(arr.filled(np.nan), expected)
+    assert arr.mask.tolist() == [[False, False], [False, True], [False, False]]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "0.5"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["1", "2", "4"]
+    assert ax.get_xlabel() == "β_t" and ax.get_ylabel() == "r′"
+
+
+def test_heatmap_averages_repeats():
+    df = pl.DataFrame({"r_inner": [1, 1, 2], "beta": [0.0, 0.0, 0.0], "tokens_per_s": [10.0, 20.0, 5.0]})
+    ax = plots.plot_heatmap(df, value="tokens_per_s")
+    np.testing.assert_allclose(ax.images[0].get_array(), [[15.0], [5.0]])
+
+
+def test_tradeoff_lines_per_group(grid):
+    ax = plots.plot_tradeoff(grid, param="r_inner", group="beta", baselines=False)
+    assert [l.get_label() for l in ax.lines] == ["β_t=0", "β_t=0.5"]
+    beta0 = grid.filter((pl.col("beta") == 0.0) & (pl.col("state") == "COMPLETE")).sort("r_inner")
+    np.testing.assert_allclose(ax.lines[0].get_xdata(), beta0["tokens_per_s"].to_numpy())
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), beta0["accuracy"].to_numpy())
+    assert [t.get_text() for t in ax.texts[:3]] == ["1", "2", "4"]  # points annotated with r′
+
+
+def test_tradeoff_single_line_with_baselines():
+    df = pl.DataFrame({"sampler": ["diffusion"] * 3 + ["static"], "epsilon": [0.1, 0.01, 0.03, None],
+                       "r": [32] * 4, "accuracy": [0.3, 0.45, 0.4, 0.42], "tokens_per_s": [200.0, 80.0, 150.0, 36.0]})
+    ax = plots.plot_tradeoff(df, param="epsilon")
+    assert ax.lines[0].get_xdata().tolist() == [80.0, 150.0, 200.0]  # ordered by ε
+    assert list(ax.lines[1].get_ydata()) == [0.42, 0.42]        # static r=32 reference line
+    assert "Static AR (r=32)" in ax.get_legend_handles_labels()[1]
+
+
+def test_cache_sharing():
+    df = pl.DataFrame({"sampler": ["static"] * 4, "r": [32, 32, 16, 16], "kv_cache": ["shared", "per_step"] * 2,
+                       "kv_cache_bytes": [2**20, 32 * 2**20, 2**20, 16 * 2**20],
+                       "accuracy": [0.41, 0.42, 0.30, 0.31]})
+    ax = plots.plot_cache_sharing(df)
+    per_step, shared = ax.collections[0], ax.collections[1]
+    assert per_step.get_label() == "KV cache=per_step" and shared.get_label() == "KV cache=shared"
+    np.testing.assert_allclose(shared.get_offsets(), [[2**20, 0.41], [2**20, 0.30]])
+    np.testing.assert_allclose(per_step.get_offsets(), [[32 * 2**20, 0.42], [16 * 2**20, 0.31]])
+    assert ax.xaxis.get_major_formatter()(2**20, 0) == "1 MiB"
+
+
+def test_token_trace(trace):
+    ax = plots.plot_token_trace(trace)
+    arr = ax.images[0].get_array()
+    np.testing.assert_array_equal(arr.filled(-1), trace["tokens"])
+    assert arr.mask.tolist() == (trace["tokens"] < 0).tolist()
+    front = ax.lines[0]
+    assert front.get_xdata().tolist() == trace["frozen"].tolist()
+    assert front.get_ydata().tolist() == [s + 0.5 for s in range(6)]
+    assert ax.get_xlim() == (3, 8)  # prompt hidden, generated positions shown
+    assert ax.get_ylim() == (6, 0)  # steps run top to bottom
+
+
+def test_latent_change(trace):
+    ax = plots.plot_latent_change(trace)
+    arr = ax.images[0].get_array()
+    expected = np.ma.masked_invalid(trace["delta"].astype(np.float32))
+    np.testing.assert_array_equal(arr.mask, expected.mask)
+    np.testing.assert_allclose(arr.compressed(), expected.compressed())
+
+
+def test_position_stats_and_stability(trace):
+    stats = plots.position_stats(trace)
+    # Hand-derived from the trace in conftest (positions 3..7).
+    assert stats["position"].to_list() == [3, 4, 5, 6, 7]
+    assert stats["first_step"].to_list() == [0, 1, 2, 3, 4]
+    assert stats["frozen_step"].to_list() == [2, 3, 4, 5, 5]
+    assert stats["steps_to_freeze"].to_list() == [3, 3, 3, 3, 2]
+    assert stats["token_changes"].to_list() == [1, 1, 1, 1, 1]
+    assert stats["recurrences"].to_list() == [24, 20, 16, 12, 8]
+    ax = plots.plot_position_stability(trace)
+    assert ax.lines[0].get_xdata().tolist() == [3, 4, 5, 6, 7]
+    assert ax.lines[0].get_ydata().tolist() == [3, 3, 3, 3, 2]
+    assert ax.lines[1].get_ydata().tolist() == [1, 1, 1, 1, 1]
+
+
+def test_trace_from_file(tmp_path, trace):
+    np.savez(tmp_path / "t.npz", **trace)
+    ax = plots.plot_token_trace(tmp_path / "t.npz")
+    np.testing.assert_array_equal(ax.images[0].get_array().filled(-1), trace["tokens"])
+
+
+def test_save_figure(tmp_path, grid):
+    ax = plots.plot_pareto(grid)
+    paths = plots.save_figure(ax.figure, tmp_path / "pareto")
+    assert [p.name for p in paths] == ["pareto.png", "pareto.pdf"]
+    assert all(p.stat().st_size > 0 for p in paths)

@@ -1,0 +1,72 @@
+"""The report command and the figure notebooks on a synthetic study."""
+from __future__ import annotations
+
+
+from pathlib import Path
+
+import nbformat
+import optuna
+import pytest
+
+from analysis.notebooks import available, render
+from analysis.report import write_report
+
+EXPECTED_FIGURES = ["pareto", "heatmap", "tradeoff", "tradeoff_r_inner", "tradeoff_epsilon", "tradeoff_beta",
+                    "cache_sharing", "token_stability", "latent_change", "qualitative_examples"]
+
+
+def test_write_report_writes_every_expected_file(study_dir, tmp_path, capsys):
+    out = tmp_path / "report"
+    paths = write_report(study_dir, out)
+    names = {p.name for p in paths}
+    for stem in EXPECTED_FIGURES:
+        assert {f"{stem}.png", f"{stem}.pdf"} <= names, stem
+    assert {"table1.md", "table1.tex", "report.md", "trials.parquet", "samples.parquet"} <= names
+    assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
+    # One progress line per figure.
+    lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("[")]
+    assert len(lines) == len(EXPECTED_FIGURES) and lines[0].startswith(f"[1/{len(EXPECTED_FIGURES)}] pareto")
+    report = (out / "report.md").read_text()
+    assert "![pareto](pareto.png)" in report and "Relative Diff to AR (r=32)" in report
+    assert "## Pareto front — GSM8K" in report
+
+
+def _tiny_study(path: Path) -> Path:
+    """Three diffusion trials in a journal file: only the Pareto figure and Table 1 apply."""
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
+    study = optuna.create_study(study_name="tiny", storage=storage, directions=["maximize", "maximize"])
+    dist = {"r_inner": optuna.distributions.CategoricalDistribution((1, 2, 4))}
+    for r_inner, acc, tps in ((1, 0.3, 300.0), (2, 0.35, 150.0), (4, 0.4, 75.0)):
+        study.add_trial(optuna.trial.create_trial(params={"r_inner": r_inner}, distributions=dist,
+                                                  values=[acc, tps]))
+    return path
+
+
+def test_report_default_dir_is_outputs_study(tmp_path, monkeypatch):
+    journal = _tiny_study(tmp_path / "journal.log")
+    monkeypatch.chdir(tmp_path)
+    paths = write_report(journal, formats=("png",), progress=None)
+    assert sorted(p.as_posix() for p in paths) == sorted(f"outputs/tiny/{n}" for n in (
+        "trials.parquet", "pareto.png", "tradeoff_r_inner.png", "table1.md", "table1.tex", "report.md"))
+
+
+def test_cli(tmp_path, capsys):
+    from analysis.__main__ import main
+    journal = _tiny_study(tmp_path / "journal.log")
+    assert main(["trials", str(journal), "-o", str(tmp_path / "trials.csv")]) == 0
+    assert (tmp_path / "trials.csv").read_text().startswith("study,number,state,sampler,benchmark,model,r_inner")
+    assert main(["report", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: no such study file or directory") and len(err.splitlines()) == 1
+
+
+def test_notebook_executes(study_dir, tmp_path):
+    assert {"pareto", "token_stability"} <= set(available())
+    path = render("token_stability", study_dir, tmp_path / "nb", extra={"max_traces": 1})
+    nb = nbformat.read(path, as_version=4)
+    injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert injected and str(study_dir) in injected[0].source
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert any("image/png" in o.get("data", {}) for o in outputs)
+    assert (tmp_path / "nb" / "token_stability_0.png").is_file()

@@ -1,0 +1,78 @@
+"""Table 1 (tab:sampler_comparison) layout, values and relative row."""
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from analysis.tables import sampler_table
+from recdiff.errors import RecdiffError
+
+# Paper values (GSM8K and MBPP columns of Table 1) as a trials table.
+PAPER = [
+    ("static", {"r": 32}, "gsm8k", 0.4177, 36.1), ("static", {"r": 32}, "mbpp", 0.3160, 15.3),
+    ("static", {"r": 4}, "gsm8k", 0.0159, 312.9), ("static", {"r": 4}, "mbpp", 0.0140, 49.6),
+    ("adaptive", {"r": 32}, "gsm8k", 0.4223, 66.9), ("adaptive", {"r": 32}, "mbpp", 0.3020, 29.5),
+    ("speculative", {"r": 32}, "gsm8k", 0.4276, 69.5), ("speculative", {"r": 32}, "mbpp", 0.3060, 31.6),
+    ("diffusion", {"r_inner": 2, "beta": 0.5}, "gsm8k", 0.4071, 182.2),
+    ("diffusion", {"r_inner": 2, "beta": 0.5}, "mbpp", 0.2780, 92.3),
+    ("diffusion", {"r_inner": 4, "beta": 0.0}, "gsm8k", 0.4208, 157.3),
+    ("diffusion", {"r_inner": 4, "beta": 0.0}, "mbpp", 0.3100, 70.2),
+]
+
+
+@pytest.fixture
+def paper_df() -> pl.DataFrame:
+    rows = [{"number": i, "state": "COMPLETE", "sampler": s, "benchmark": b, "r": None, "r_inner": None,
+             "beta": None, **p, "accuracy": a, "tokens_per_s": t} for i, (s, p, b, a, t) in enumerate(PAPER)]
+    rows = [{**r, "r": r["r"] if r["r"] is not None else 32} for r in rows]
+    return pl.DataFrame(rows, schema_overrides={"beta": pl.Float64, "r_inner": pl.Int64})
+
+
+def test_rows_and_relative_row(paper_df):
+    t = sampler_table(paper_df)
+    assert t.benchmarks == ["gsm8k", "mbpp"]
+    assert [r.label for r in t.rows] == [
+        "Static AR (r=32)", "Static AR (r=4)", "Adaptive Compute AR", "Speculative Decoding AR",
+        "Diff. Sampler (r′=2, β_t=0.5)", "Diff. Sampler (r′=4, β_t=0)"]
+    # Relative row: best-accuracy diffusion row (r′=4, β=0) vs static r=32, as in the paper.
+    (row, rel), = t.relative
+    assert row.label == "Diff. Sampler (r′=4, β_t=0)"
+    assert rel["gsm8k"] == pytest.approx((0.31, 157.3 / 36.1))
+    assert rel["mbpp"] == pytest.approx((-0.60, 70.2 / 15.3))
+
+
+def test_markdown(paper_df):
+    md = sampler_table(paper_df).to_markdown()
+    lines = md.strip().splitlines()
+    assert lines[0] == "| Sampler | GSM8K Acc | GSM8K t/s | MBPP Acc | MBPP t/s |"
+    assert lines[2] == "| Static AR (r=32) | 41.77% | 36.1 | 31.60% | 15.3 |"
+    assert lines[-1] == "| **Relative Diff to AR (r=32)** | +0.31 | **4.36x** | -0.60 | **4.59x** |"
+
+
+def test_latex(paper_df):
+    tex = sampler_table(paper_df).to_latex()
+    assert r"\toprule" in tex and r"\bottomrule" in tex and r"\cmidrule(lr){2-3} \cmidrule(lr){4-5}" in tex
+    assert r"\multicolumn{2}{c}{GSM8K} & \multicolumn{2}{c}{MBPP}" in tex
+    assert r"Static AR ({\tiny$r=32$}) & 41.77\% & 36.1 & 31.60\% & 15.3 \\" in tex
+    assert r"Diff. Sampler ({\tiny$r'=2,\beta_t=0.5$}) & 40.71\% & 182.2 & 27.80\% & 92.3 \\" in tex
+    assert r"Relative Diff to AR ({\tiny$r=32$}) & +0.31 & \textbf{4.36x} & -0.60 & \textbf{4.59x} \\" in tex
+    # Sections separated as in the paper: reference | other static | baselines | diffusion | relative.
+    assert tex.count(r"\midrule") == 5
+
+
+def test_each_relative_and_repeats(paper_df):
+    repeat = paper_df.filter(pl.col("sampler") == "static").with_columns(pl.col("tokens_per_s") * 3)
+    t = sampler_table(pl.concat([paper_df, repeat]), relative="each")
+    ref = t.rows[0]
+    assert ref.cells["gsm8k"] == pytest.approx((0.4177, 72.2))  # repeats averaged
+    assert len(t.relative) == 2
+    assert "Relative Diff to AR (r=32): Diff. Sampler (r′=2, β_t=0.5)" in t.to_markdown()
+    frame = t.to_frame()
+    assert frame.filter(pl.col("row") == "Static AR (r=4)").sort("benchmark")["accuracy"].to_list() == [0.0159, 0.0140]
+
+
+def test_no_reference_no_relative(paper_df):
+    t = sampler_table(paper_df.filter(pl.col("sampler") != "static"))
+    assert t.relative == [] and "Relative" not in t.to_markdown()
+    with pytest.raises(RecdiffError):
+        sampler_table(paper_df.clear())

@@ -1,0 +1,47 @@
+import math
+
+import pytest
+
+from recdiff.benchmarks import Benchmark, Problem, get_benchmark, register, select_indices
+from recdiff.benchmarks.stats import accuracy, bootstrap_interval, wilson_interval
+
+
+def test_wilson_against_hand_computed():
+    # p=0.5, n=10: centre 0.5, half = 1.96*sqrt(0.025 + 0.009604)/1.38416 = 0.26341
+    lo, hi = wilson_interval(5, 10)
+    assert lo == pytest.approx(0.23659, abs=1e-4) and hi == pytest.approx(0.76341, abs=1e-4)
+    assert wilson_interval(0, 10)[0] == 0.0 and wilson_interval(0, 10)[1] == pytest.approx(0.27754, abs=1e-4)
+    assert wilson_interval(10, 10)[1] == 1.0
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    with pytest.raises(ValueError):
+        wilson_interval(3, 2)
+    acc = accuracy([True, False, True, True])
+    assert acc["accuracy"] == 0.75 and acc["n_samples"] == 4 and acc["accuracy_low"] < 0.75 < acc["accuracy_high"]
+    lo, hi = bootstrap_interval([True] * 30 + [False] * 70)
+    assert lo < 0.3 < hi and hi - lo < 0.25
+
+
+def test_select_indices():
+    assert select_indices(10, limit=3, offset=2) == [2, 3, 4]
+    s = select_indices(100, subsample=10, seed=3)
+    assert s == sorted(s) and len(set(s)) == 10 and s == select_indices(100, subsample=10, seed=3)
+    assert select_indices(100, subsample=10, seed=3, offset=8, limit=5) == s[8:]
+    assert select_indices(5, subsample=50) == list(range(5))
+
+
+def test_register_one_liner():
+    @register("toy")
+    class Toy(Benchmark):
+        def _rows(self):
+            return [{"q": "a"}, {"q": "b"}], "inline"
+
+        def _problem(self, row, index):
+            return Problem(id=str(index), question=row["q"], reference="", meta={})
+
+    b = get_benchmark("toy", limit=1)
+    assert b.name == "toy" and [p.question for p in b.problems()] == ["a"]
+
+
+def test_arith_is_lazy_registered():
+    b = get_benchmark("arith", limit=2)
+    assert len(b.problems()) == 2

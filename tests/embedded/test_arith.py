@@ -1,0 +1,76 @@
+"""The embedded arith benchmark: determinism, disjoint splits, correct solutions, GSM8K-style scoring."""
+
+import re
+
+import pytest
+
+from recdiff.benchmarks import get_benchmark
+from recdiff.benchmarks import arith
+
+
+def test_generator_is_deterministic():
+    a = arith.generate_split("test", 50, seed=7)
+    b = arith.generate_split("test", 50, seed=7)
+    assert [(p.question, p.solution) for p in a] == [(p.question, p.solution) for p in b]
+    c = arith.generate_split("test", 50, seed=8)
+    assert [p.question for p in a] != [p.question for p in c]
+
+
+def test_splits_are_disjoint_and_test_is_distinct():
+    test = arith.generate_split("test", 1000, seed=arith.DEFAULT_SEED)
+    train = arith.generate_split("train", 20000, seed=0)
+    tq = {p.question for p in test}
+    assert len(tq) == 1000  # distinct
+    assert not tq & {p.question for p in train}
+    assert all(arith.is_test_question(q) for q in tq)
+    assert not any(arith.is_test_question(p.question) for p in train)
+
+
+def _eval_line(line: str) -> tuple[int, int]:
+    lhs, rhs = line.split("=")
+    assert re.fullmatch(r"[0-9+\-*/]+", lhs), line
+    val = eval(lhs.replace("/", "//"))  # noqa: S307 - digits and operators only (checked above)
+    return val, int(rhs)
+
+
+def test_solutions_are_correct_and_in_gsm8k_format():
+    for p in arith.generate_split("test", 300, seed=3) + arith.generate_split("train", 300, seed=3):
+        *steps, last = p.solution.split("\n")
+        assert last == f"#### {p.answer}"
+        assert 2 <= p.n_ops <= 4
+        prev = None
+        for line in steps:
+            val, rhs = _eval_line(line)
+            assert val == rhs, (p.question, line)
+            assert 1 <= rhs <= arith.MAX_VALUE
+            if prev is not None:  # chained: each step starts from the previous result
+                assert line.startswith(str(prev)), p.solution
+            prev = rhs
+        assert prev == p.answer == arith.recompute_answer(p.steps)
+        # every number the solution introduces (other than chained results) appears in the question
+        qnums = set(re.findall(r"\d+", p.question)) | {"2"}  # "twice"
+        first = steps[0].split("=")[0]
+        for n in re.findall(r"\d+", first):
+            assert n in qnums, (p.question, first)
+
+
+def test_benchmark_registry_slice_render_and_score():
+    bench = get_benchmark("arith", split="test", limit=5, offset=2, seed=1234)
+    probs = bench.problems()
+    assert len(probs) == 5 and probs[0].id == "arith-test-1234-2"
+    full = arith.generate_split("test", 7, seed=1234)
+    assert probs[0].question == full[2].question and probs[0].reference == str(full[2].answer)
+    assert bench.render(probs[0], None) == f"Q: {probs[0].question}\nA:"
+    good = " " + probs[0].meta["solution"]
+    wrong = f" 1+1=2\n#### {int(probs[1].reference) + 1}"
+    scores = bench.score_all(probs[:3], [good, wrong, "I do not know"])
+    assert [s.correct for s in scores] == [True, False, False]
+    assert scores[0].extracted == probs[0].reference
+    assert scores[2].extracted is None
+
+
+def test_unknown_split_is_rejected():
+    from recdiff.errors import RecdiffError
+
+    with pytest.raises(RecdiffError):
+        get_benchmark("arith", split="validation")

@@ -1,0 +1,66 @@
+"""Shared helpers for the sweep tests: compose configs, run sweep.py in a subprocess, read studies."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+REPO = Path(__file__).resolve().parents[2]
+CONF = REPO / "conf"
+SHARED = Path(os.environ.get("RECDIFF_SHARED", REPO.parent / "shared"))
+FIXTURE = SHARED / "fixtures" / "raven_tiny"
+EMBEDDED = REPO / "recdiff" / "assets" / "embedded"
+
+# The smallest real workload: the fixture checkpoint (random weights, byte-encoded prompts), one arith
+# problem, a couple of tokens. Every subprocess test adds these to its command.
+TINY = ["model=fixture", "benchmark=arith", "benchmark.limit=1", "run.max_new_tokens=2",
+        "run.warmup=0", "run.threads=1", "run.progress=false"]
+
+
+def compose_cfg(overrides: list[str] = ()):
+    import recdiff.schema  # noqa: F401
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="config", overrides=[*overrides, f"hydra.searchpath=[file://{REPO}]"])
+
+
+def run_sweep(args: list[str], timeout: float = 240, env: dict | None = None, check: bool = True,
+              **kw) -> subprocess.CompletedProcess:
+    e = {**os.environ, "PYTHONUNBUFFERED": "1", "RECDIFF_SHARED": str(SHARED), **(env or {})}
+    proc = subprocess.run([sys.executable, str(REPO / "sweep.py"), *args], cwd=REPO, env=e, capture_output=True,
+                          text=True, timeout=timeout, **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"sweep.py {' '.join(args)} -> {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def popen_sweep(args: list[str], env: dict | None = None, log: Path | None = None) -> subprocess.Popen:
+    e = {**os.environ, "PYTHONUNBUFFERED": "1", "RECDIFF_SHARED": str(SHARED), **(env or {})}
+    out = open(log, "w") if log else subprocess.DEVNULL
+    return subprocess.Popen([sys.executable, str(REPO / "sweep.py"), *args], cwd=REPO, env=e, stdout=out,
+                            stderr=subprocess.STDOUT)
+
+
+def load(storage: str, name: str):
+    import optuna
+
+    from recdiff.study import open_storage
+
+    return optuna.load_study(study_name=name, storage=open_storage(storage))
+
+
+@pytest.fixture(autouse=True)
+def _clear_hydra():
+    yield
+    GlobalHydra.instance().clear()
+
+
+requires_fixture = pytest.mark.skipif(not (FIXTURE / "model.safetensors").exists(),
+                                      reason=f"fixture checkpoint missing at {FIXTURE}")

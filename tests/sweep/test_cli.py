@@ -1,0 +1,182 @@
+"""sweep.py end to end, in subprocesses: the README's main command, failures, a killed worker, configs."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+
+from .conftest import CONF, EMBEDDED, REPO, TINY, compose_cfg, load, popen_sweep, requires_fixture, run_sweep
+
+# The README's main command, shrunk to a slice 2 CPU cores run in seconds. On the embedded model when it is
+# there; before that on the fixture checkpoint (random weights: r=8 keeps each trial short).
+MAIN = ["-m", "sampler.r_inner=1,2,4,8"]
+if (EMBEDDED / "model.safetensors").exists():
+    SMALL = ["benchmark.limit=2", "run.max_new_tokens=8", "run.threads=1"]
+else:
+    SMALL = [*TINY, "sampler.r=8"]
+
+
+def job_args(tmp: Path) -> list[str]:
+    return [f"hydra.sweep.dir={tmp}/sweep", f"hydra.run.dir={tmp}/run", f"study.storage={tmp}/journal.log",
+            f"study.artifact_dir={tmp}/artifacts"]
+
+
+@pytest.fixture(scope="module")
+def main_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("main")
+    proc = run_sweep([*MAIN, *SMALL, *job_args(tmp)], timeout=400)
+    info = json.loads((tmp / "sweep" / "study.json").read_text())
+    return tmp, info, proc
+
+
+@requires_fixture
+def test_main_command_records_four_complete_trials(main_run):
+    tmp, info, proc = main_run
+    assert info["storage"] == str(tmp / "journal.log")
+    study = load(info["storage"], info["study_name"])
+    trials = study.get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 4
+    assert study.metric_names == ["accuracy", "tokens_per_s"]
+    assert [d.name for d in study.directions] == ["MAXIMIZE", "MAXIMIZE"]
+    assert sorted(t.params["r_inner"] for t in trials) == [1, 2, 4, 8]
+    for t in trials:
+        assert {"sampler", "benchmark", "r", "r_inner", "beta", "eta", "epsilon", "wavefront"} <= set(t.params)
+        assert 0.0 <= t.values[0] <= 1.0 and t.values[1] > 0
+        assert t.user_attrs["accuracy_low"] <= t.values[0] <= t.user_attrs["accuracy_high"]
+        assert t.user_attrs["config"]["sampler"]["r_inner"] == t.params["r_inner"]
+        assert t.user_attrs["core_passes_per_token"] > 0 and t.user_attrs["peak_memory_bytes"] > 0
+        assert {"git_commit", "device", "versions", "output_dir", "samples_path", "trace_paths"} <= set(t.user_attrs)
+        out = Path(t.user_attrs["output_dir"])
+        result = json.loads((out / "result.json").read_text())
+        assert result["state"] == "COMPLETE" and result["values"]["tokens_per_s"] == t.values[1]
+        import polars as pl
+
+        rows = pl.read_parquet(t.user_attrs["samples_path"])
+        assert rows.columns[:3] == ["problem_id", "prompt", "output"] and rows.height == t.user_attrs["n_samples"]
+        assert (rows["new_tokens"] > 0).all()
+        assert t.user_attrs["trace_paths"] and Path(t.user_attrs["trace_paths"][0]).exists()
+        import optuna
+
+        from recdiff.study import open_storage
+
+        names = sorted(a.filename for a in optuna.artifacts.get_all_artifact_meta(t, storage=open_storage(info["storage"])))
+        assert names == ["samples.csv", "stability.png"]
+    assert proc.stderr.count("COMPLETE accuracy=") + proc.stdout.count("COMPLETE accuracy=") == 4
+
+
+@requires_fixture
+def test_rerun_skips_identical_configurations(main_run):
+    tmp, info, _ = main_run
+    proc = run_sweep(["-m", "sampler.r_inner=2,8", *SMALL, *job_args(tmp)[1:], f"hydra.sweep.dir={tmp}/again"])
+    assert (proc.stdout + proc.stderr).count("skipped: identical configuration") == 2
+    assert len(load(info["storage"], info["study_name"]).get_trials()) == 4
+
+
+@requires_fixture
+def test_failing_trials_are_fail_and_the_sweep_continues(tmp_path):
+    # error, a hang ended by the timeout, an invalid combination, and one good trial, in one multirun
+    proc = run_sweep(["-m", "run.inject_fault=error,hang,null", "sampler=static", "sampler.r=2", "run.timeout_s=5",
+                      *TINY, *job_args(tmp_path)])
+    proc2 = run_sweep(["-m", "sampler=static", "sampler.r=0", *TINY, *job_args(tmp_path)[1:],
+                       f"hydra.sweep.dir={tmp_path}/s2"])
+    info = json.loads((tmp_path / "sweep" / "study.json").read_text())
+    trials = load(info["storage"], info["study_name"]).get_trials()
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.FAIL, TrialState.COMPLETE, TrialState.PRUNED]
+    assert trials[0].user_attrs["fail_reason"].startswith("RuntimeError: injected error")
+    assert trials[1].user_attrs["fail_reason"].startswith("timeout")
+    assert "r=0 must be >= 1" in trials[3].user_attrs["prune_reason"]
+    result = json.loads((tmp_path / "sweep" / "1" / "result.json").read_text())
+    assert result["state"] == "FAIL" and result["user_attrs"]["fail_kind"] == "timeout"
+    assert proc.returncode == proc2.returncode == 0
+
+
+@requires_fixture
+def test_killed_worker_leaves_no_running_trial(tmp_path):
+    """SIGKILL a searched-study worker mid-trial; the next worker fails it after the grace period, re-queues it,
+    and the study ends with the requested total."""
+    args = ["study=search", "study.search=[r]", "sampler=static", "study.space.r.low=1", "study.space.r.high=64",
+            "study.algorithm=random", "study.n_trials=2", "study.heartbeat_interval=1", "study.grace_period=3",
+            "study.name=killed", *TINY, *job_args(tmp_path)]
+    worker = popen_sweep([*args, "run.inject_fault=hang"], log=tmp_path / "w0.log")
+    storage = str(tmp_path / "journal.log")
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if Path(storage).exists():
+                try:
+                    if load(storage, "killed").get_trials(states=(TrialState.RUNNING,)):
+                        break
+                except KeyError:
+                    pass
+            time.sleep(0.5)
+        else:
+            pytest.fail("the worker never started a trial:\n" + (tmp_path / "w0.log").read_text()[-2000:])
+        time.sleep(1.5)   # a heartbeat or two
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+    (running,) = load(storage, "killed").get_trials(states=(TrialState.RUNNING,))
+    run_sweep([*args, "hydra.run.dir=" + str(tmp_path / "run2")], timeout=240)
+    study = load(storage, "killed")
+    assert not study.get_trials(states=(TrialState.RUNNING, TrialState.WAITING))
+    dead = study.trials[running.number]
+    assert dead.state == TrialState.FAIL and dead.user_attrs["fail_kind"] == "worker_died"
+    complete = study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(complete) == 2 and any(t.params == dead.params for t in complete)   # retried
+
+
+# ------------------------------------------------------------------------------------------------ configs
+
+
+def config_options() -> list[list[str]]:
+    """One override list per config file: every group option, experiment and sweeps recipe."""
+    cases = []
+    for group in ("model", "sampler", "benchmark", "study", "experiment"):
+        for f in sorted((CONF / group).glob("*.yaml")):
+            cases.append([f"{group}={f.stem}"])
+    for f in sorted((REPO / "sweeps").glob("*.yaml")):
+        cases.append([f"sweeps={f.stem}"])
+    for f in sorted((CONF / "hydra" / "launcher").glob("*.yaml")):
+        cases.append([f"hydra/launcher={f.stem}"])
+    return cases
+
+
+@pytest.mark.parametrize("overrides", config_options(), ids=lambda o: o[0])
+def test_every_config_file_composes(overrides):
+    from omegaconf import OmegaConf
+
+    cfg = compose_cfg(overrides)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    assert resolved["sampler"]["name"] in ("static", "adaptive", "speculative", "diffusion")
+    assert resolved["study"]["metric_names"] == ["accuracy", "tokens_per_s"]
+    if overrides[0].startswith("sweeps="):
+        assert resolved["study"]["name"].startswith(overrides[0].split("=")[1])
+
+
+def test_paper_defaults():
+    s = compose_cfg().sampler
+    assert (s.name, s.epsilon, s.beta, s.eta, s.r_inner, s.wavefront) == ("diffusion", 0.03, 0.0, 0.1, 4, 128)
+    assert compose_cfg().model.name == "embedded" and compose_cfg().benchmark.name == "arith"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("sampler.r_innr=4", "error: unknown config key 'sampler.r_innr' (did you mean 'r_inner'?)"),
+    ("sampler.r_inner=four", "error: sampler.r_inner: Value 'four' of type 'str' could not be converted to Integer"),
+    ("sampler.freeze=sometimes", "error: sampler.freeze: Invalid value 'sometimes'"),
+    ("sampler=diffusionn", "error: In 'config': Could not find 'sampler/diffusionn' (available: adaptive, diffusion"),
+    ("study.n_trial=3", "error: unknown config key 'study.n_trial' (did you mean 'n_trials'?)"),
+    ("study.storage=redis://x/0", "error: unknown storage 'redis://x/0'"),
+    ("model.path=/nonexistent/model", "error: model path not found: /nonexistent/model"),
+    ("benchmark=arith benchmark.limit=x", "error: benchmark.limit='x' must be an integer"),
+])
+def test_bad_input_is_one_clean_line(tmp_path, override, message):
+    proc = run_sweep([*job_args(tmp_path), *override.split()], check=False, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message), proc.stderr[-2000:]
+    assert "Traceback" not in proc.stdout + proc.stderr

@@ -1,0 +1,99 @@
+"""Several worker processes on one study: a real PostgreSQL server and the journal file; joblib launcher."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+
+from .conftest import TINY, load, popen_sweep, requires_fixture, run_sweep
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def postgres_url():
+    """Debian's PostgreSQL, started as an unprivileged user on loopback in a temp dir."""
+    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    initdb = bins[-1] if bins else shutil.which("initdb")
+    if not initdb:
+        pytest.skip("PostgreSQL server binaries missing (Debian package `postgresql`)")
+    bindir = Path(initdb).parent
+    root = os.geteuid() == 0
+    data = Path(tempfile.mkdtemp(prefix="recdiff-pg-"))
+    if root:
+        shutil.chown(data, "postgres", "postgres")
+    as_user = ["runuser", "-u", "postgres", "--"] if root else []
+    port = free_port()
+    subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data / "db"), "-U", "postgres", "--auth=trust",
+                    "-E", "UTF8"], check=True, capture_output=True)
+    subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data / "db"), "-l", str(data / "log"), "-w", "-t", "60",
+                    "-o", f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c max_connections=50", "start"],
+                   check=True, capture_output=True)
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data / "db"), "-m", "immediate", "stop"],
+                       capture_output=True)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def search_args(tmp: Path, storage: str, name: str, n_trials: int) -> list[str]:
+    return ["study=search", f"study.name={name}", f"study.storage={storage}", f"study.artifact_dir={tmp}/artifacts",
+            "sampler=static", "study.search=[r]", "study.space.r.low=1", "study.space.r.high=64",
+            "study.algorithm=random", "study.seed=7", f"study.n_trials={n_trials}", *TINY]
+
+
+@requires_fixture
+@pytest.mark.parametrize("kind", ["journal", "postgres"])
+def test_three_workers_share_one_study(tmp_path, kind, request):
+    storage = str(tmp_path / "journal.log") if kind == "journal" else request.getfixturevalue("postgres_url")
+    name = f"shared-{kind}-{tmp_path.name}"
+    workers = [popen_sweep([*search_args(tmp_path, storage, name, 6), f"worker={w}", f"hydra.run.dir={tmp_path}/w{w}"],
+                           log=tmp_path / f"w{w}.log") for w in range(3)]
+    try:
+        codes = [w.wait(timeout=400) for w in workers]
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+    logs = "\n".join((tmp_path / f"w{i}.log").read_text()[-1500:] for i in range(3))
+    assert codes == [0, 0, 0], logs
+    study = load(storage, name)
+    trials = study.get_trials()
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len(complete) == 6, logs                                    # the total, not 3 x 6
+    assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials)   # none RUNNING or lost
+    assert len({t.params["r"] for t in complete}) == 6                 # each configuration once
+    assert [t.number for t in trials] == list(range(len(trials)))
+    dirs = [Path(t.user_attrs["output_dir"]) for t in complete]
+    assert len(set(dirs)) == 6 and all((d / "result.json").exists() for d in dirs)
+    ran = sum((tmp_path / f"w{i}.log").read_text().count("COMPLETE accuracy=") for i in range(3))
+    assert ran == 6                                                    # no trial ran twice
+    assert {t.user_attrs["config"]["worker"] for t in complete} >= {0, 1, 2} or len(complete) == 6
+
+
+@requires_fixture
+def test_joblib_launcher_grid(tmp_path):
+    storage = str(tmp_path / "journal.log")
+    run_sweep(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=3", "sampler=static", "sampler.r=1,2,3,4,5,6",
+               "study.name=joblib", f"study.storage={storage}", f"study.artifact_dir={tmp_path}/artifacts",
+               f"hydra.sweep.dir={tmp_path}/sweep", *TINY], timeout=400)
+    trials = load(storage, "joblib").get_trials()
+    assert sorted(t.params["r"] for t in trials) == [1, 2, 3, 4, 5, 6]
+    assert all(t.state == TrialState.COMPLETE for t in trials)
+    assert json.loads((tmp_path / "sweep" / "study.json").read_text())["study_name"] == "joblib"
+    assert sorted(p.parent.name for p in (tmp_path / "sweep").glob("*/result.json")) == [str(i) for i in range(6)]

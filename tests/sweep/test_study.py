@@ -1,0 +1,174 @@
+"""The Optuna side in-process, with a fake trial runner: recording, search loop, resume, duplicates,
+failures and stale heartbeats. (The real runner is exercised by test_cli.py in subprocesses.)"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState
+
+import recdiff.trial
+from recdiff import study as rs
+from recdiff.errors import RecdiffError
+from recdiff.trial import TrialResult, TrialTimeout
+
+from .conftest import compose_cfg
+
+
+class FakeWork:
+    device = "cpu"
+
+
+def fake_run_trial(calls: list, fail: dict | None = None):
+    """accuracy = r_inner / 10, tokens/s = 100 / r_inner; `fail` maps r_inner to an exception."""
+
+    def run(work, cfg, output_dir):
+        r = int(cfg.sampler.r_inner)
+        calls.append(r)
+        if fail and r in fail:
+            raise fail[r]
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(output_dir) / "samples.csv").write_text("problem_id,correct\n0,true\n")
+        attrs = dict(accuracy_low=0.0, accuracy_high=1.0, n_samples=1, core_passes_per_token=1.0,
+                     peak_memory_bytes=1, kv_cache_bytes=None, samples_path=str(Path(output_dir) / "samples.parquet"),
+                     trace_paths=[], output_dir=str(output_dir))
+        return TrialResult(accuracy=r / 10, tokens_per_s=100 / r, attrs=attrs)
+
+    return run
+
+
+def search_cfg(tmp_path: Path, *extra: str):
+    return compose_cfg(["study=search", f"study.storage={tmp_path}/journal.log",
+                        f"study.artifact_dir={tmp_path}/artifacts", "study.name=t", "study.heartbeat_interval=1",
+                        *extra])
+
+
+def test_recorded_param_widens_numeric_ranges_and_keeps_choices():
+    cfg = compose_cfg()
+    space = cfg.study.space
+    v, d = rs.recorded_param("r_inner", 4, space)
+    assert (v, d) == (4, IntDistribution(1, 32, log=True))
+    v, d = rs.recorded_param("r_inner", 64, space)            # outside: the range widens
+    assert (v, d.low, d.high) == (64, 1, 64)
+    v, d = rs.recorded_param("beta", 0.2, space)
+    assert isinstance(d, FloatDistribution) and (d.low, d.high) == (0.0, 1.0)
+    v, d = rs.recorded_param("beta_schedule", "linear", space)
+    assert d == CategoricalDistribution(["constant", "dampened", "linear", "sqrt"])
+    with pytest.raises(RecdiffError, match="not among"):
+        rs.recorded_param("beta_schedule", "cosine", space)
+    with pytest.raises(RecdiffError, match="integer"):
+        rs.recorded_param("wavefront", 2.5, space)
+
+
+def test_grid_params_names_are_config_keys():
+    cfg = compose_cfg(["sampler.r_inner=8"])
+    params = rs.grid_params(cfg)
+    assert params["r_inner"][0] == 8 and params["sampler"][0] == "diffusion" and params["benchmark"][0] == "arith"
+    assert set(params) - {"sampler", "benchmark"} <= set(cfg.sampler.keys())
+    assert "max_steps" not in params   # unset values are not parameters
+
+
+def test_grid_trial_recorded_once_with_artifacts_and_duplicate_skipped(tmp_path, monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial(calls))
+    cfg = compose_cfg([f"study.storage={tmp_path}/j.log", f"study.artifact_dir={tmp_path}/art", "study.name=g",
+                       "sampler.r_inner=2"])
+    storage = rs.open_storage(cfg.study.storage)
+    study = rs.open_study(cfg.study, storage)
+    assert rs.run_grid_trial(cfg, study, FakeWork(), tmp_path / "job0") == (0.2, 50.0)
+    assert rs.run_grid_trial(cfg, study, FakeWork(), tmp_path / "job1") == (0.2, 50.0)   # identical: skipped
+    assert calls == [2]
+    (t,) = study.get_trials()
+    assert t.state == TrialState.COMPLETE and t.values == [0.2, 50.0] and t.params["r_inner"] == 2
+    assert study.metric_names == ["accuracy", "tokens_per_s"]
+    assert t.user_attrs["config"]["sampler"]["r_inner"] == 2 and t.user_attrs["output_dir"].endswith("job0")
+    arts = optuna.artifacts.get_all_artifact_meta(t, storage=storage)
+    assert [a.filename for a in arts] == ["samples.csv"]
+    assert (tmp_path / "job1" / "result.json").exists()
+
+
+@pytest.mark.parametrize("exc, state, reason", [
+    (RuntimeError("boom"), TrialState.FAIL, "RuntimeError: boom"),
+    (TrialTimeout("timeout: trial ran longer than 1 s"), TrialState.FAIL, "timeout"),
+    (__import__("torch").OutOfMemoryError("CUDA out of memory"), TrialState.FAIL, "out of memory"),
+    (RecdiffError("headway=4 exceeds wavefront=2"), TrialState.PRUNED, "invalid combination"),
+])
+def test_failures_are_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch, exc, state, reason):
+    calls: list = []
+    monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial(calls, fail={1: exc}))
+    base = [f"study.storage={tmp_path}/j.log", f"study.artifact_dir={tmp_path}/art", "study.name=f"]
+    for r in (1, 2):
+        cfg = compose_cfg([*base, f"sampler.r_inner={r}"])
+        study = rs.open_study(cfg.study, rs.open_storage(cfg.study.storage))
+        rs.run_grid_trial(cfg, study, FakeWork(), tmp_path / f"job{r}")
+    first, second = study.get_trials()
+    assert first.state == state and reason in (first.user_attrs.get("fail_reason") or first.user_attrs["prune_reason"])
+    assert second.state == TrialState.COMPLETE
+
+
+def test_search_runs_resumes_to_the_total_and_skips_duplicates(tmp_path, monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial(calls))
+    # r_inner over 3 values only: the sampler must propose duplicates once it has seen them all
+    space = ["study.search=[r_inner]", "study.space.r_inner.low=1", "study.space.r_inner.high=3",
+             "study.space.r_inner.log=false", "study.algorithm=random", "study.max_duplicates=10"]
+    cfg = search_cfg(tmp_path, "study.n_trials=2", *space)
+    study = rs.open_study(cfg.study, rs.open_storage(cfg.study.storage), rs.make_sampler(cfg.study))
+    rs.run_search(cfg, study, FakeWork(), tmp_path / "job")
+    assert rs.count_trials(study) == (2, 0)
+    # resume with a larger total: only the missing trial runs; the 3-point space is then exhausted
+    cfg = search_cfg(tmp_path, "study.n_trials=5", *space)
+    study = rs.open_study(cfg.study, rs.open_storage(cfg.study.storage), rs.make_sampler(cfg.study, worker=1))
+    rs.run_search(cfg, study, FakeWork(), tmp_path / "job")
+    complete = study.get_trials(states=(TrialState.COMPLETE,))
+    assert sorted(t.params["r_inner"] for t in complete) == [1, 2, 3]
+    assert sorted(calls) == [1, 2, 3]                            # no configuration ran twice
+    dups = [t for t in study.get_trials() if "duplicate_of" in t.user_attrs]
+    assert dups and all(t.state == TrialState.PRUNED for t in dups)
+    # resuming a finished study runs nothing
+    calls.clear()
+    cfg = search_cfg(tmp_path, "study.n_trials=3", *space)
+    rs.run_search(cfg, rs.open_study(cfg.study, rs.open_storage(cfg.study.storage)), FakeWork(), tmp_path / "job")
+    assert calls == []
+    for t in complete:
+        assert (Path(t.user_attrs["output_dir"]) / "result.json").exists()
+
+
+def test_stale_running_trial_is_failed_and_retried(tmp_path, monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial(calls))
+    cfg = search_cfg(tmp_path, "study.n_trials=1", "study.search=[r_inner]", "study.grace_period=1")
+    storage = rs.open_storage(cfg.study.storage, heartbeat_interval=1, grace_period=1)
+    study = rs.open_study(cfg.study, storage, rs.make_sampler(cfg.study))
+    dead = study.ask(rs.search_space(cfg))          # a worker that asked, then died without a heartbeat
+    storage.record_heartbeat(dead._trial_id)
+    time.sleep(1.5)
+    study = rs.open_study(cfg.study, rs.open_storage(cfg.study.storage, 1, 1), rs.make_sampler(cfg.study))
+    rs.run_search(cfg, study, FakeWork(), tmp_path / "job")
+    trials = study.get_trials()
+    assert trials[0].state == TrialState.FAIL and trials[0].user_attrs["fail_kind"] == "worker_died"
+    assert not study.get_trials(states=(TrialState.RUNNING, TrialState.WAITING))
+    (retried,) = study.get_trials(states=(TrialState.COMPLETE,))
+    assert retried.params == trials[0].params and retried.system_attrs["failed_trial"] == 0
+    assert rs.count_trials(study) == (1, 0)
+
+
+def test_storage_urls(tmp_path):
+    assert isinstance(rs.open_storage(str(tmp_path / "a" / "j.log")), rs.HeartbeatJournalStorage)
+    s = rs.open_storage(f"sqlite:///{tmp_path}/b/s.db")
+    assert s.get_heartbeat_interval() == 10
+    with pytest.raises(RecdiffError, match="unknown storage"):
+        rs.open_storage("redis://localhost/0")
+    with pytest.raises(RecdiffError, match="cannot open storage"):
+        rs.open_storage("postgresql://nobody@127.0.0.1:1/none")
+
+
+def test_existing_study_with_other_directions_is_refused(tmp_path):
+    cfg = compose_cfg([f"study.storage={tmp_path}/j.log", "study.name=d"])
+    optuna.create_study(study_name="d", storage=rs.open_storage(cfg.study.storage), directions=["minimize", "maximize"])
+    with pytest.raises(RecdiffError, match="directions"):
+        rs.open_study(cfg.study, rs.open_storage(cfg.study.storage))
