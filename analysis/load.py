@@ -86,6 +86,8 @@ def resolve(source: Any, study_name: str | None = None) -> Resolved:
         return Resolved(source.study_name, study=source)
     spec = os.fspath(source)
     path = Path(spec)
+    if path.name == "study.json" and path.is_file():
+        return _resolve_dir(path.parent, study_name)
     if "://" in spec or path.is_file():
         storage, root = _storage(spec)
         study = _open(storage, study_name, spec)
@@ -219,7 +221,7 @@ def _frame(rows: list[dict[str, Any]], objectives: Iterable[str]) -> pl.DataFram
 
 def _rows_from_study(study: optuna.Study, root: Path | None) -> tuple[list[dict], list[str]]:
     names = list(study.metric_names or (OBJECTIVES if len(study.directions) == len(OBJECTIVES)
-                                        else [f"value_{i}" for i in range(len(study.directions))]))
+                                        else [f"values_{i}" for i in range(len(study.directions))]))
     rows = []
     for t in study.get_trials(deepcopy=False):
         values = dict(zip(names, t.values)) if t.values is not None else dict.fromkeys(names)

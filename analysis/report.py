@@ -93,7 +93,7 @@ def _stability(trace: str, title: str) -> Figure:
 def _latent(trace: str, title: str) -> Figure:
     fig, (ax,) = _fig(width=5.5, height=3.6)
     plots.plot_latent_change(trace, ax=ax)
-    ax.set_title(f"latent change δ — {title}")
+    fig.suptitle(title, fontsize=9)
     return fig
 
 

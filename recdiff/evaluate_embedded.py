@@ -27,11 +27,20 @@ import torch
 
 ASSET_DIR = Path(__file__).resolve().parent / "assets" / "embedded"
 STATIC_RS = [1, 2, 4, 8, 16, 32, 64]
-SAMPLER_ROWS = {
-    "adaptive": {"r": 32, "epsilon": 0.03},
-    "speculative": {"r": 32, "r_draft": 4, "lookahead": 4},
-    "diffusion": {"r": 32, "r_inner": 4, "beta": 0.0, "eta": 0.1, "epsilon": 0.03, "wavefront": 128},
-}
+SAMPLER_ROWS = ("adaptive", "speculative", "diffusion")
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf" / "sampler"
+
+
+def sampler_defaults(name: str) -> dict:
+    """The sampler's parameters as the sweep uses them: ``conf/sampler/<name>.yaml`` (paper defaults) where
+    present, else the sampler's own defaults."""
+    f = CONF_DIR / f"{name}.yaml"
+    if not f.is_file():
+        return {}
+    import yaml
+
+    d = yaml.safe_load(f.read_text()) or {}
+    return {k: v for k, v in d.items() if k not in ("name", "defaults") and v is not None}
 
 
 def wilson_interval(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
@@ -126,9 +135,9 @@ def evaluate(path: str | Path = ASSET_DIR, n: int = 200, rows: str = "all", max_
     generate = _generate_fn()
     plan: list[tuple[str, str, dict]] = []
     if rows in ("all", "static"):
-        plan += [(f"static r={r}", "static", {"r": r}) for r in STATIC_RS]
+        plan += [(f"static r={r}", "static", {**sampler_defaults("static"), "r": r}) for r in STATIC_RS]
     if rows in ("all", "samplers"):
-        plan += [(name, name, dict(params)) for name, params in SAMPLER_ROWS.items()]
+        plan += [(name, name, sampler_defaults(name)) for name in SAMPLER_ROWS]
     results: dict = {"n": len(problems), "path": str(path), "rows": {}}
     for label, sampler, params in plan:
         t_row = time.time()
@@ -159,6 +168,7 @@ def evaluate(path: str | Path = ASSET_DIR, n: int = 200, rows: str = "all", max_
                "core_passes_per_token": sum(passes) / max(sum(new), 1), "new_tokens": sum(new) / len(new),
                "wall_s": time.time() - t_row, "engine": "generate" if generate else "nocache-loop"}
         results["rows"][label] = row
+        results["rows"][label]["params"] = params
         log(f"{label:<14} acc {row['accuracy']:.3f} [{lo:.3f}, {hi:.3f}]  {tps:7.1f} tok/s  "
             f"{row['core_passes_per_token']:6.2f} passes/tok  ({row['wall_s']:.0f}s)")
     if rows in ("all", "latent"):

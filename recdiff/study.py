@@ -121,6 +121,8 @@ def open_storage(url: str, heartbeat_interval: int = 10, grace_period: int = 60,
     if scheme not in ("sqlite", "postgresql", "postgres", "mysql"):
         raise RecdiffError(f"unknown storage {url!r}: use a journal file path, sqlite:///file.db or "
                            "postgresql://user@host:port/db")
+    if scheme in ("postgresql", "postgres") and "+" not in url.split("://", 1)[0]:
+        url = "postgresql+psycopg2://" + url.split("://", 1)[1]   # SQLAlchemy 2.1 would want psycopg 3
     if scheme == "sqlite":
         db = url.split(":///", 1)[-1]
         if db and db != ":memory:":

@@ -4,16 +4,20 @@
 from __future__ import annotations
 
 from recdiff.samplers.ar import run_ar
-from recdiff.samplers.base import Context, GenerationResult, non_negative, one_of, positive, positive_int, validate
+from recdiff.samplers.base import (Context, GenerationResult, boolean, non_negative, one_of, positive, positive_int,
+                                  validate)
 
 SPEC = {
     "r": (32, positive_int),
     "epsilon": (0.03, positive),
     "init_scale": (0.0, non_negative),
     "kv_cache": ("shared", one_of("shared", "per_step")),
+    # the authors' sampler also exits during the prefill (mean δ over the prompt); False prefills at r
+    "exit_in_prefill": (True, boolean),
 }
 
 
 def generate(ctx: Context, params: dict) -> GenerationResult:
     p = validate("adaptive", params, SPEC)
-    return run_ar(ctx, r=p["r"], init_scale=p["init_scale"], kv_cache=p["kv_cache"], epsilon=p["epsilon"])
+    return run_ar(ctx, r=p["r"], init_scale=p["init_scale"], kv_cache=p["kv_cache"], epsilon=p["epsilon"],
+                  exit_in_prefill=p["exit_in_prefill"])

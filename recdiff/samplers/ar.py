@@ -8,7 +8,8 @@ from recdiff.model import relative_change
 from recdiff.samplers.base import Context, GenerationResult
 
 
-def run_ar(ctx: Context, r: int, init_scale: float, kv_cache: str, epsilon: float | None) -> GenerationResult:
+def run_ar(ctx: Context, r: int, init_scale: float, kv_cache: str, epsilon: float | None,
+           exit_in_prefill: bool = True) -> GenerationResult:
     """Prefill the prompt, then one position per forward pass; ``epsilon`` set → adaptive exit per call."""
     m, L = ctx.model, ctx.prompt.shape[1]
     ctx.check_fits(L + ctx.max_new_tokens)
@@ -29,7 +30,8 @@ def run_ar(ctx: Context, r: int, init_scale: float, kv_cache: str, epsilon: floa
             core_passes += 1
             tokens_forward += T
             # the exit test needs the value on the host: one sync per recurrence, inherent to adaptive compute
-            if epsilon is not None and relative_change(z, z_prev).mean().item() < epsilon:
+            exits = epsilon is not None and (start > 0 or exit_in_prefill)
+            if exits and relative_change(z, z_prev).mean().item() < epsilon:
                 steps = k + 1
                 break
         steps_per_token.append(steps)

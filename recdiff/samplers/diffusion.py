@@ -11,17 +11,19 @@ always (the last frozen token's state still predicts the first unfrozen one). On
 4. ``C(z)`` → proposals for positions ``start+1 … start+W``;
 5. append ``headway`` new states (the first continues from the proposals; extra positions are filled with random
    ids from the model's vocabulary or ``pad_id``) unless the wavefront is full (a *standing wave*);
-6. freeze: ``fixed`` — a position whose state has had ``r_freeze`` (default r) sampler recurrences is final, i.e.
-   ⌈r/r'⌉ steps behind the front (Algorithm 1; with r' = r this is static AR at r); ``adaptive`` — with
-   δ_p = ‖z_p − z_prev,p‖/‖z_p‖ over positions refined in both this and the previous step, freeze up to the last
-   position p such that every compared position up to p has δ < ε (``freeze_rule="prefix"``, the k* of the
-   paper's eq. (conv), default) or simply to the last position with δ_p < ε (``freeze_rule="last"``, Algorithm 2's
-   wording and the authors' code).
+6. freeze: ``fixed`` — the state of a position that has had ``r_freeze`` (default r) sampler recurrences leaves
+   the wavefront and the token it predicts is final: ⌈r/r'⌉ steps behind the front (Algorithm 1; with r' = r this
+   is static AR at r). ``adaptive`` — with δ_p = ‖z_p − z_prev,p‖/‖z_p‖ over states refined in this and the
+   previous step, states up to k* leave and their predictions freeze, where k* is the last position such that every
+   compared state up to it has δ < ε (``freeze_rule="prefix"``, the paper's eq. (conv), default) or the last state
+   with δ < ε (``freeze_rule="last"``, Algorithm 2's wording). ``r_freeze`` is then an optional recurrence budget
+   after which a state freezes anyway (with wavefront 1, r' = 1, η = 0 and r_freeze = r this is adaptive-compute AR).
 
-Reproducing the authors' code exactly (``delta_alignment="reference"``): after a freeze their sampler keeps the
-previous step's states from the new wavefront start but offsets them by the *old* start, so δ compares a state
-with the previous state of a position further right. recdiff's default (``"aligned"``) compares each position with
-itself; the reference mode exists so published runs and the fixtures can be reproduced bit for bit.
+``adaptive_rule="reference"`` reproduces the authors' code bit for bit (the fixtures, published runs): there a
+converged state at p freezes the token it *consumes* (p) and stays in the wavefront, and after a freeze δ compares
+each state with the previous step's state of a position further right (their previous states are kept from the new
+wavefront start but indexed from the old one). recdiff's default ``"paper"`` compares each position with itself and
+freezes what a converged state predicts.
 
 The prompt is prefilled at r recurrences in one parallel pass; the first new token comes from it. Frozen
 positions leave the wavefront by moving a pointer (their K/V stay in the shared cache); the wavefront's own
@@ -64,7 +66,7 @@ SPEC = {
     "r_inner": (4, positive_int),
     "freeze": ("adaptive", one_of("adaptive", "fixed")),
     "freeze_rule": ("prefix", one_of("prefix", "last")),
-    "delta_alignment": ("aligned", one_of("aligned", "reference")),
+    "adaptive_rule": ("paper", one_of("paper", "reference")),
     "r_freeze": (None, _optional_pos_int),
     "epsilon": (0.03, positive),
     "wavefront": (128, positive_int),
@@ -104,7 +106,8 @@ class _Diffusion:
         self.m = ctx.model
         self.L = ctx.prompt.shape[1]
         self.r, self.r_inner, self.h = p["r"], p["r_inner"], p["headway"]
-        self.r_freeze = p["r_freeze"] or self.r
+        # fixed: final after r recurrences unless told otherwise; adaptive: only a budget when one is given
+        self.r_freeze = p["r_freeze"] or (self.r if p["freeze"] == "fixed" else None)
         block = self.m.config.block_size
         ctx.check_fits(self.L + ctx.max_new_tokens + 1)
         # the front may run up to `wavefront` positions ahead of the last frozen token
@@ -120,7 +123,7 @@ class _Diffusion:
         ctx, m, p, L = self.ctx, self.m, self.p, self.L
         eta, beta, alpha, eps = p["eta"], p["beta"], p["init_scale"], p["epsilon"]
         adaptive = p["freeze"] == "adaptive"
-        reference_delta = p["delta_alignment"] == "reference"
+        reference_rule = p["adaptive_rule"] == "reference"
         cache = m.setup_cache(self.max_len, "shared")
         gen = ctx.generator
 
@@ -196,8 +199,8 @@ class _Diffusion:
                 z = torch.cat([z, fresh], dim=1)
             seq_end = start + W + h  # exclusive end of the current sequence
 
-            # freeze
-            delta = None
+            # freeze: `shift` leading states leave the wavefront, each freezing the token it predicts
+            delta, lo, shift = None, start, 0
             if adaptive:
                 lo, hi = max(start, prev_start), min(start + z.shape[1], prev_start + prev_z.shape[1])
                 if hi > lo:
@@ -207,24 +210,22 @@ class _Diffusion:
                         j = next((i for i, b in enumerate(below) if not b), len(below)) - 1
                     else:
                         j = max((i for i, b in enumerate(below) if b), default=-1)
-                    if j >= 0:
-                        k = lo + j  # last freezable position: tokens 0 … k are final, its state stays
-                        shift = k - start
-                        if shift > 0:
-                            frozen_at[n_frozen : k + 1] = steps
-                            n_frozen, start = k + 1, k
-                            z = z[:, shift:]
-            else:
-                ready = int((age[start : start + W] >= self.r_freeze).sum())  # a prefix: older states come first
-                if ready:
-                    frozen_at[n_frozen : n_frozen + ready] = steps
-                    n_frozen += ready
-                    start += ready
-                    z = z[:, ready:]
+                    # paper: converged states lo … lo+j leave; reference: the state lo+j stays and only the token it
+                    # consumes freezes
+                    shift = lo + j + (0 if reference_rule else 1) - start if j >= 0 else 0
+            if self.r_freeze is not None:  # recurrence budget: older states come first, so this is a prefix
+                shift = max(shift, int((age[start : start + z.shape[1]] >= self.r_freeze).sum()))
+            if shift > 0:
+                frozen_at[n_frozen : start + shift + 1] = steps
+                n_frozen, start = start + shift + 1, start + shift
+                z = z[:, shift:]
+                if z.shape[1] == 0:  # the whole wavefront froze (standing wave of one): continue after the new token
+                    z = m.initial_state(prev_z[:, :1], alpha, gen)
             cache.length = start
-            prev_z, prev_start = z, (step_start if reference_delta else start)
+            prev_z, prev_start = z, (step_start if reference_rule else start)
 
             if trace is not None:
+                seq_end = max(seq_end, n_frozen)
                 trace.record(seq[:seq_end], n_frozen, counter[:seq_end], stable[:seq_end], delta, lo if delta is not None else 0)
             steps += 1
             if n_frozen > frozen_before:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import optuna
@@ -105,3 +104,21 @@ def test_missing_and_empty_study(tmp_path):
     optuna.create_study(study_name="second", storage=storage)
     with pytest.raises(RecdiffError, match="2 studies"):
         load_trials(tmp_path / "j.log")
+
+
+def test_study_json_file_and_bare_study_name(study_dir, tmp_path, monkeypatch):
+    assert len(load_trials(study_dir / "study.json")) == 19
+    # A bare word is a study name in the default storage outputs/optuna/journal.log.
+    (tmp_path / "outputs" / "optuna").mkdir(parents=True)
+    shutil.copy(study_dir / "journal.log", tmp_path / "outputs" / "optuna" / "journal.log")
+    monkeypatch.chdir(tmp_path)
+    assert load_trials("synthetic")["number"].to_list() == list(range(19))
+    with pytest.raises(RecdiffError, match="no study 'other'"):
+        load_trials("other")
+
+
+def test_unnamed_objectives_follow_optuna_naming():
+    study = optuna.create_study(directions=["minimize"] * 3)
+    study.add_trial(optuna.trial.create_trial(values=[1.0, 2.0, 3.0]))
+    df = load_trials(study)
+    assert df.select("values_0", "values_1", "values_2").row(0) == (1.0, 2.0, 3.0)

@@ -1,12 +1,10 @@
 """The report command and the figure notebooks on a synthetic study."""
 from __future__ import annotations
 
-
 from pathlib import Path
 
 import nbformat
 import optuna
-import pytest
 
 from analysis.notebooks import available, render
 from analysis.report import write_report
@@ -70,3 +68,15 @@ def test_notebook_executes(study_dir, tmp_path):
     assert not [o for o in outputs if o.output_type == "error"]
     assert any("image/png" in o.get("data", {}) for o in outputs)
     assert (tmp_path / "nb" / "token_stability_0.png").is_file()
+
+
+def test_one_param_slice_holds_other_keys_fixed():
+    import polars as pl
+    from analysis.report import one_param_slice
+    df = pl.DataFrame({"r_inner": [1, 2, 4, 1, 2, 4, 4], "beta": [0.0, 0.0, 0.0, 0.2, 0.2, 0.2, 0.5],
+                       "epsilon": [0.03] * 6 + [0.1], "accuracy": [0.1] * 7})
+    # Sweep of r_inner: epsilon held at 0.03 (covers 3 r′ values), beta kept as the grouping key.
+    part = one_param_slice(df, "r_inner", keep=["beta"])
+    assert part["epsilon"].unique().to_list() == [0.03] and len(part) == 6
+    # Without keep, beta is held fixed too: first combination covering all three r′ values.
+    assert one_param_slice(df, "r_inner")["beta"].unique().to_list() == [0.0]

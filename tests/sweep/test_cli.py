@@ -180,3 +180,89 @@ def test_bad_input_is_one_clean_line(tmp_path, override, message):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(message), proc.stderr[-2000:]
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------- dashboard
+
+
+@pytest.fixture(scope="module")
+def dashboard(main_run):
+    import socket
+    import subprocess
+    import urllib.request
+
+    tmp, info, _ = main_run
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(["optuna-dashboard", info["storage"], "--artifact-dir", info["artifact_dir"],
+                             "--host", "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(base + "/api/studies", timeout=2)
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("optuna-dashboard did not come up")
+        yield base, info
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def get_json(url: str):
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return json.loads(r.read())
+
+
+@requires_fixture
+def test_dashboard_serves_named_objectives_and_artifacts(dashboard):
+    import urllib.request
+
+    base, info = dashboard
+    (summary,) = [s for s in get_json(base + "/api/studies")["study_summaries"] if s["study_name"] == info["study_name"]]
+    assert summary["directions"] == ["maximize", "maximize"]
+    detail = get_json(f"{base}/api/studies/{summary['study_id']}")
+    assert detail["objective_names"] == ["accuracy", "tokens_per_s"]
+    trial = detail["trials"][0]
+    arts = {a["filename"]: a for a in trial["artifacts"]}
+    assert set(arts) == {"samples.csv", "stability.png"}
+    url = f"{base}/artifacts/{summary['study_id']}/{trial['trial_id']}/{arts['stability.png']['artifact_id']}"
+    with urllib.request.urlopen(url, timeout=30) as r:
+        assert r.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+@requires_fixture
+def test_dashboard_renders_in_headless_chromium(dashboard, tmp_path):
+    import shutil
+    import subprocess
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not chromium:
+        pytest.skip("chromium missing (Debian package `chromium`)")
+    base, info = dashboard
+    (summary,) = [s for s in get_json(base + "/api/studies")["study_summaries"] if s["study_name"] == info["study_name"]]
+    url = f"{base}/dashboard/studies/{summary['study_id']}"
+    shots = REPO / "outputs" / "ci"
+    shots.mkdir(parents=True, exist_ok=True)
+    png = shots / "dashboard_study.png"
+    flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1280,900",
+             "--virtual-time-budget=10000"]
+    subprocess.run([*flags, f"--screenshot={png}", url], capture_output=True, timeout=180)
+    dom = subprocess.run([*flags, "--dump-dom", url], capture_output=True, text=True, timeout=180).stdout
+    assert info["study_name"] in dom
+    from PIL import Image
+
+    img = Image.open(png).convert("L")
+    lo, hi = img.getextrema()
+    assert img.size == (1280, 900) and hi - lo > 100       # not a blank page
+    colors = len(img.resize((256, 180)).getcolors(maxcolors=256 * 180) or [])
+    assert colors > 20

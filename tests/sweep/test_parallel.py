@@ -83,7 +83,6 @@ def test_three_workers_share_one_study(tmp_path, kind, request):
     assert len(set(dirs)) == 6 and all((d / "result.json").exists() for d in dirs)
     ran = sum((tmp_path / f"w{i}.log").read_text().count("COMPLETE accuracy=") for i in range(3))
     assert ran == 6                                                    # no trial ran twice
-    assert {t.user_attrs["config"]["worker"] for t in complete} >= {0, 1, 2} or len(complete) == 6
 
 
 @requires_fixture

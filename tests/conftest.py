@@ -1,0 +1,56 @@
+"""Shared test setup: fixture folders of the authors' reference outputs, single-threaded torch."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("RECDIFF_SHARED", REPO.parent / "shared"))
+RAVEN_TINY = SHARED / "fixtures" / "raven_tiny"
+# every folder holding reference outputs: the checkpoint and its perturbed twin
+FIXTURE_DIRS = [d for d in (RAVEN_TINY, RAVEN_TINY / "perturbed") if (d / "generate.json").is_file()]
+
+# tiny models run fastest single-threaded, and 2-core CI machines are shared by parallel test workers
+torch.set_num_threads(1)
+
+
+def fixture_id(d: Path) -> str:
+    return d.name
+
+
+@pytest.fixture(params=FIXTURE_DIRS, ids=fixture_id, scope="session")
+def fixture_dir(request: pytest.FixtureRequest) -> Path:
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def load_fixture_model():
+    from recdiff import load_model
+
+    cache: dict[Path, object] = {}
+
+    def load(d: Path):
+        if d not in cache:
+            cache[d] = load_model(d)
+        return cache[d]
+
+    return load
+
+
+def read_cases(d: Path) -> tuple[dict, list[dict]]:
+    g = json.loads((d / "generate.json").read_text())
+    prompts = json.loads((d / "prompts.json").read_text())
+    return prompts, g["cases"]
+
+
+def pytest_collection_modifyitems(config, items):
+    if not FIXTURE_DIRS:
+        skip = pytest.mark.skip(reason=f"reference fixtures not found under {RAVEN_TINY} (set RECDIFF_SHARED)")
+        for item in items:
+            if "fixture_dir" in getattr(item, "fixturenames", ()):
+                item.add_marker(skip)
