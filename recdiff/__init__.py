@@ -1,9 +1,31 @@
-"""recdiff: diffusion-forcing samplers for recurrent-depth language models, with sweeps and Pareto analysis."""
+"""recdiff: diffusion-forcing samplers for recurrent-depth language models, with sweeps and Pareto analysis.
+
+Public API: :func:`load_model`, :func:`generate`, :class:`RecdiffError`, :class:`DiffusionTrace`. The heavy
+submodules (torch) load on first use, so ``recdiff.errors`` and the analysis package stay quick to import.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from recdiff.errors import RecdiffError
-from recdiff.load import load_model, save_pretrained
-from recdiff.samplers import SAMPLERS, GenerationResult, generate, sampler_spec
-from recdiff.trace import DiffusionTrace
 
-__all__ = ["RecdiffError", "load_model", "save_pretrained", "generate", "GenerationResult", "SAMPLERS",
-           "sampler_spec", "DiffusionTrace"]
+_LAZY = {
+    "load_model": "recdiff.load",
+    "save_pretrained": "recdiff.load",
+    "generate": "recdiff.samplers",
+    "GenerationResult": "recdiff.samplers",
+    "SAMPLERS": "recdiff.samplers",
+    "sampler_spec": "recdiff.samplers",
+    "DiffusionTrace": "recdiff.trace",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'recdiff' has no attribute {name!r}")
+
+
+__all__ = ["RecdiffError", *_LAZY]
