@@ -121,11 +121,12 @@ def latent_change(model, problems, rs=(8, 16, 32, 64), seed: int = 0) -> dict[in
 
 
 def evaluate(path: str | Path = ASSET_DIR, n: int = 200, rows: str = "all", max_new_tokens: int = 64,
-             offset: int = 0, seed: int = 0, log=print) -> dict:
+             offset: int = 0, seed: int = 0, log=print, static_rs=None, samplers=None, latent: bool | None = None,
+             threads: int = 2) -> dict:
     import recdiff.load as load
     from recdiff.benchmarks import get_benchmark
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(threads)
     model = load.load_model(str(path))
     tok = model.tokenizer
     bench = get_benchmark("arith", split="test", limit=n, offset=offset)
@@ -134,10 +135,14 @@ def evaluate(path: str | Path = ASSET_DIR, n: int = 200, rows: str = "all", max_
     eos = tok.eos_token_id
     generate = _generate_fn()
     plan: list[tuple[str, str, dict]] = []
-    if rows in ("all", "static"):
-        plan += [(f"static r={r}", "static", {**sampler_defaults("static"), "r": r}) for r in STATIC_RS]
-    if rows in ("all", "samplers"):
-        plan += [(name, name, sampler_defaults(name)) for name in SAMPLER_ROWS]
+    if static_rs is None:
+        static_rs = STATIC_RS if rows in ("all", "static") else []
+    if samplers is None:
+        samplers = SAMPLER_ROWS if rows in ("all", "samplers") else []
+    if latent is None:
+        latent = rows in ("all", "latent")
+    plan += [(f"static r={r}", "static", {**sampler_defaults("static"), "r": r}) for r in static_rs]
+    plan += [(name, name, sampler_defaults(name)) for name in samplers]
     results: dict = {"n": len(problems), "path": str(path), "rows": {}}
     for label, sampler, params in plan:
         t_row = time.time()
@@ -171,7 +176,7 @@ def evaluate(path: str | Path = ASSET_DIR, n: int = 200, rows: str = "all", max_
         results["rows"][label]["params"] = params
         log(f"{label:<14} acc {row['accuracy']:.3f} [{lo:.3f}, {hi:.3f}]  {tps:7.1f} tok/s  "
             f"{row['core_passes_per_token']:6.2f} passes/tok  ({row['wall_s']:.0f}s)")
-    if rows in ("all", "latent"):
+    if latent:
         lc = latent_change(model, problems[: min(len(problems), 100)])
         results["latent_change_median"] = lc
         log("median latent change " + "  ".join(f"r={r}: {v:.4f}" for r, v in lc.items()))
@@ -199,9 +204,28 @@ def main(argv=None) -> None:
     ap.add_argument("--offset", type=int, default=0)
     ap.add_argument("--rows", default="all", choices=["all", "static", "samplers", "latent"])
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--static-r", default=None, help="comma list of static r (overrides --rows for static)")
+    ap.add_argument("--samplers", default=None, help="comma list of samplers (overrides --rows for samplers)")
+    ap.add_argument("--latent", default=None, choices=["yes", "no"])
+    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--merge", nargs="+", default=None, help="only print the table of these result JSONs merged")
     a = ap.parse_args(argv)
-    res = evaluate(a.path, a.n, a.rows, a.max_new_tokens, a.offset, log=lambda s: print(s, flush=True))
+    if a.merge:
+        res = {"rows": {}}
+        for f in a.merge:
+            part = json.loads(Path(f).read_text())
+            res["rows"].update(part.get("rows", {}))
+            if "latent_change_median" in part:
+                res["latent_change_median"] = part["latent_change_median"]
+        order = [f"static r={r}" for r in STATIC_RS] + list(SAMPLER_ROWS)
+        res["rows"] = {k: res["rows"][k] for k in order if k in res["rows"]}
+        print(format_table(res))
+        return
+    res = evaluate(a.path, a.n, a.rows, a.max_new_tokens, a.offset, log=lambda s: print(s, flush=True),
+                   static_rs=None if a.static_r is None else [int(x) for x in a.static_r.split(",") if x],
+                   samplers=None if a.samplers is None else [x for x in a.samplers.split(",") if x],
+                   latent=None if a.latent is None else a.latent == "yes", threads=a.threads)
     print()
     print(format_table(res))
     if a.json:

@@ -31,6 +31,16 @@ class Freeze(str, Enum):
     adaptive = "adaptive"    # Algorithm 2: freeze once the latent change is below epsilon
 
 
+class FreezeRule(str, Enum):
+    prefix = "prefix"        # freeze up to k* with every compared position below epsilon (paper eq. conv)
+    last = "last"            # freeze up to the last position below epsilon (Algorithm 2's wording)
+
+
+class AdaptiveRule(str, Enum):
+    paper = "paper"          # recdiff: aligned latent change, a converged state freezes what it predicts
+    reference = "reference"  # the authors' code, bit for bit (fixtures, published runs)
+
+
 class KVCache(str, Enum):
     shared = "shared"        # one K/V per layer and position (the paper's KV sharing)
     per_step = "per_step"
@@ -88,6 +98,7 @@ class SamplerConfig:
 class StaticSamplerConfig(SamplerConfig):
     name: str = "static"
     r: int = 32
+    init_scale: float = 0.0
     kv_cache: KVCache = KVCache.shared
 
 
@@ -96,7 +107,9 @@ class AdaptiveSamplerConfig(SamplerConfig):
     name: str = "adaptive"
     r: int = 32
     epsilon: float = 0.03
+    init_scale: float = 0.0
     kv_cache: KVCache = KVCache.shared
+    exit_in_prefill: bool = True
 
 
 @dataclass
@@ -105,6 +118,7 @@ class SpeculativeSamplerConfig(SamplerConfig):
     r: int = 32
     r_draft: int = 4
     lookahead: int = 4
+    init_scale: float = 0.0
     kv_cache: KVCache = KVCache.shared
 
 
@@ -119,9 +133,13 @@ class DiffusionSamplerConfig(SamplerConfig):
     epsilon: float = 0.03
     wavefront: int = 128
     headway: int = 1
-    init_scale: float = 1.0
+    init_scale: float = 0.0
     continuous_compute: bool = False
     freeze: Freeze = Freeze.adaptive
+    freeze_rule: FreezeRule = FreezeRule.prefix
+    adaptive_rule: AdaptiveRule = AdaptiveRule.paper
+    r_freeze: Optional[int] = None    # null: r in fixed mode, no budget in adaptive mode
+    pad_id: Optional[int] = None      # null: extra headway positions get random ids
     kv_cache: KVCache = KVCache.shared
     max_steps: Optional[int] = None   # null = the sampler's own cap
 

@@ -127,13 +127,20 @@ def open_storage(url: str, heartbeat_interval: int = 10, grace_period: int = 60,
         db = url.split(":///", 1)[-1]
         if db and db != ":memory:":
             Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    try:
-        return RDBStorage(url, heartbeat_interval=heartbeat_interval, grace_period=grace_period,
-                          heartbeat_stale_trial_callback=retry,
-                          engine_kwargs={"pool_pre_ping": True} if scheme != "sqlite" else None)
-    except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise RecdiffError(f"cannot open storage {url}: {first}") from None
+    # Workers starting together on a fresh database race to create Optuna's schema; the losers see a
+    # unique-violation from the DDL and succeed on a retry once the winner has committed.
+    for attempt in range(5):
+        try:
+            return RDBStorage(url, heartbeat_interval=heartbeat_interval, grace_period=grace_period,
+                              heartbeat_stale_trial_callback=retry,
+                              engine_kwargs={"pool_pre_ping": True} if scheme != "sqlite" else None)
+        except Exception as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            racing = any(s in first for s in ("UniqueViolation", "already exists", "duplicate key"))
+            if not racing or attempt == 4:
+                raise RecdiffError(f"cannot open storage {url}: {first}") from None
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def make_sampler(study_cfg: DictConfig, worker: int = 0) -> optuna.samplers.BaseSampler:

@@ -65,9 +65,13 @@ def sampler_params(sampler_cfg: DictConfig | dict) -> dict[str, Any]:
 
 def check_combination(sampler: str, params: dict[str, Any]) -> str | None:
     """Why this combination of sampler settings cannot run (None when it can)."""
-    for key in ("r", "r_inner", "wavefront", "headway", "r_draft", "lookahead", "max_steps"):
-        if key in params and params[key] < 1:
-            return f"{key}={params[key]} must be >= 1"
+    from recdiff.samplers import sampler_spec
+    from recdiff.samplers.base import validate
+
+    try:
+        validate(sampler, params, sampler_spec(sampler))  # the sampler's own checks, without loading a model
+    except RecdiffError as err:
+        return str(err)
     r = params.get("r")
     if r is not None and params.get("r_inner", 0) > r:
         return f"r_inner={params['r_inner']} exceeds r={r}"

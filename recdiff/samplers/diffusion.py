@@ -73,7 +73,7 @@ SPEC = {
     "headway": (1, positive_int),
     "pad_id": (None, _optional_int),
     "beta": (0.0, unit_interval),
-    "beta_schedule": ("constant", one_of("constant", "dampened", "linear", "sqrt")),
+    "beta_schedule": ("linear", one_of("constant", "dampened", "linear", "sqrt")),
     "eta": (0.1, half_open_unit),
     "init_scale": (0.0, non_negative),
     "continuous_compute": (False, boolean),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -89,7 +91,7 @@ def test_failing_trials_are_fail_and_the_sweep_continues(tmp_path):
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.FAIL, TrialState.COMPLETE, TrialState.PRUNED]
     assert trials[0].user_attrs["fail_reason"].startswith("RuntimeError: injected error")
     assert trials[1].user_attrs["fail_reason"].startswith("timeout")
-    assert "r=0 must be >= 1" in trials[3].user_attrs["prune_reason"]
+    assert "r=0 must be an integer >= 1" in trials[3].user_attrs["prune_reason"]
     result = json.loads((tmp_path / "sweep" / "1" / "result.json").read_text())
     assert result["state"] == "FAIL" and result["user_attrs"]["fail_kind"] == "timeout"
     assert proc.returncode == proc2.returncode == 0
@@ -266,3 +268,21 @@ def test_dashboard_renders_in_headless_chromium(dashboard, tmp_path):
     assert img.size == (1280, 900) and hi - lo > 100       # not a blank page
     colors = len(img.resize((256, 180)).getcolors(maxcolors=256 * 180) or [])
     assert colors > 20
+
+
+@requires_fixture
+def test_analysis_report_on_the_main_command_study(main_run, tmp_path):
+    """issue 7: `python -m analysis report <sweep dir>` on the study the main command produced."""
+    tmp, info, _ = main_run
+    out = tmp_path / "report"
+    proc = subprocess.run([sys.executable, "-m", "analysis", "report", str(tmp / "sweep"), "-o", str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    # an r' sweep of the diffusion sampler: the Pareto plot, the r' trade-off, the token-stability pictures
+    for stem in ("pareto", "tradeoff_r_inner", "token_stability", "latent_change"):
+        assert (out / f"{stem}.png").stat().st_size > 0 and (out / f"{stem}.pdf").stat().st_size > 0, stem
+    report = (out / "report.md").read_text()
+    assert "![pareto](pareto.png)" in report
+    assert (out / "table1.md").is_file() and (out / "trials.parquet").is_file()
+    progress = [line for line in proc.stdout.splitlines() if line.startswith("[")]
+    assert progress and progress[0].startswith("[1/")
