@@ -77,7 +77,7 @@ SPEC = {
     "eta": (0.1, half_open_unit),
     "init_scale": (0.0, non_negative),
     "continuous_compute": (False, boolean),
-    "max_steps": (4096, positive_int),
+    "max_steps": (None, _optional_pos_int),  # None: 4·max_new_tokens·⌈r/r'⌉, four times fixed mode's steps
     "kv_cache": ("shared", one_of("shared")),
 }
 
@@ -108,6 +108,8 @@ class _Diffusion:
         self.r, self.r_inner, self.h = p["r"], p["r_inner"], p["headway"]
         # fixed: final after r recurrences unless told otherwise; adaptive: only a budget when one is given
         self.r_freeze = p["r_freeze"] or (self.r if p["freeze"] == "fixed" else None)
+        # a configuration that never converges ends with a flag instead of running on
+        self.max_steps = p["max_steps"] or 4 * ctx.max_new_tokens * -(-self.r // self.r_inner)
         block = self.m.config.block_size
         ctx.check_fits(self.L + ctx.max_new_tokens + 1)
         # the front may run up to `wavefront` positions ahead of the last frozen token
@@ -153,10 +155,11 @@ class _Diffusion:
         stop_ids = torch.tensor(sorted(ctx.stop.ids), device=self.dev, dtype=torch.long) if ctx.stop.ids else None
         trace = _TraceRecorder(L) if ctx.trace else None
         steps = standing = 0
+        seq_end = n_frozen
         stopped_by = "length"
         hit_cap = False
         while n_frozen - L < ctx.max_new_tokens:
-            if steps >= p["max_steps"]:
+            if steps >= self.max_steps:
                 hit_cap, stopped_by = True, "max_steps"
                 break
             W, frozen_before, step_start = z.shape[1], n_frozen, start
@@ -236,7 +239,8 @@ class _Diffusion:
                     stopped_by = "stop_string"
                     break
 
-        tokens = seq[L:n_frozen].tolist()
+        # at the step cap, the unfrozen proposals are still the model's best guess: return them, flagged
+        tokens = seq[L : (max(n_frozen, seq_end) if hit_cap else n_frozen)].tolist()
         if stopped_by in ("stop_token", "stop_string"):
             tokens = tokens[: ctx.stop.first_stop(tokens, 0)[0]]  # several tokens may freeze in the stopping step
         tokens = tokens[: ctx.max_new_tokens]
@@ -251,6 +255,7 @@ class _Diffusion:
             "stability_per_position": stable[:n_out].tolist(),
             "frozen_at_step": frozen_at[L:n_out].tolist(),  # step (0 = prefill) at which each new token froze
             "max_steps_reached": hit_cap,
+            "unfrozen_tokens": max(0, L + len(tokens) - n_frozen),
             "kv_cache_bytes": cache.nbytes(),
             "ideal_speedup": (self.r + 1) / (self.r_inner + 1),
         }

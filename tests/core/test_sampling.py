@@ -93,7 +93,10 @@ def test_step_cap_ends_with_a_flag(load_fixture_model):
     model = load_fixture_model(RAVEN_TINY)
     res = generate(model, [1, 2, 3], "diffusion", max_new_tokens=24, epsilon=1e-12, max_steps=20)
     assert res.stats["max_steps_reached"] and res.stats["steps"] == 20 and res.stopped_by == "max_steps"
-    assert len(res.tokens) < 24
+    # nothing froze (ε unreachable): the tokens are the first token and the 20 unfrozen proposals, flagged
+    assert len(res.tokens) == 21 and res.stats["unfrozen_tokens"] == 20
+    default = generate(model, [1, 2, 3], "diffusion", max_new_tokens=4, r=8, r_inner=4, epsilon=1e-12)
+    assert default.stats["max_steps_reached"] and default.stats["steps"] == 4 * 4 * 2  # 4·N·⌈r/r'⌉
 
 
 def test_headway_wavefront_noise_knobs(load_fixture_model, tmp_path):
