@@ -208,11 +208,11 @@ class _Diffusion:
                 lo, hi = max(start, prev_start), min(start + z.shape[1], prev_start + prev_z.shape[1])
                 if hi > lo:
                     delta = relative_change(z[0, lo - start : hi - start], prev_z[0, lo - prev_start : hi - prev_start])
-                    below = (delta < eps).tolist()  # the one host sync per step
-                    if p["freeze_rule"] == "prefix":
-                        j = next((i for i, b in enumerate(below) if not b), len(below)) - 1
-                    else:
-                        j = max((i for i, b in enumerate(below) if b), default=-1)
+                    below = (delta < eps).int()
+                    if p["freeze_rule"] == "prefix":  # length of the leading run below ε, minus one
+                        j = int(below.cumprod(0).sum()) - 1  # the one host sync per step
+                    else:  # index of the last position below ε (-1: none)
+                        j = int((below * torch.arange(1, below.numel() + 1, device=below.device)).max()) - 1
                     # paper: converged states lo … lo+j leave; reference: the state lo+j stays and only the token it
                     # consumes freezes
                     shift = lo + j + (0 if reference_rule else 1) - start if j >= 0 else 0
