@@ -122,7 +122,7 @@ def latent_change(model, problems, rs=(8, 16, 32, 64), seed: int = 0) -> dict[in
 
 def evaluate(path: str | Path = ASSET_DIR, n: int = 200, rows: str = "all", max_new_tokens: int = 64,
              offset: int = 0, seed: int = 0, log=print, static_rs=None, samplers=None, latent: bool | None = None,
-             threads: int = 2) -> dict:
+             threads: int = 2, init_scale: float | None = None) -> dict:
     import recdiff.load as load
     from recdiff.benchmarks import get_benchmark
 
@@ -143,6 +143,8 @@ def evaluate(path: str | Path = ASSET_DIR, n: int = 200, rows: str = "all", max_
         latent = rows in ("all", "latent")
     plan += [(f"static r={r}", "static", {**sampler_defaults("static"), "r": r}) for r in static_rs]
     plan += [(name, name, sampler_defaults(name)) for name in samplers]
+    if init_scale is not None:  # override α for every row (the model is trained from random states, α = 1)
+        plan = [(label, sampler, {**params, "init_scale": float(init_scale)}) for label, sampler, params in plan]
     results: dict = {"n": len(problems), "path": str(path), "rows": {}}
     for label, sampler, params in plan:
         t_row = time.time()
@@ -208,6 +210,7 @@ def main(argv=None) -> None:
     ap.add_argument("--samplers", default=None, help="comma list of samplers (overrides --rows for samplers)")
     ap.add_argument("--latent", default=None, choices=["yes", "no"])
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--init-scale", type=float, default=None, help="override α (init_scale) for every row")
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--merge", nargs="+", default=None, help="only print the table of these result JSONs merged")
     a = ap.parse_args(argv)
@@ -225,7 +228,8 @@ def main(argv=None) -> None:
     res = evaluate(a.path, a.n, a.rows, a.max_new_tokens, a.offset, log=lambda s: print(s, flush=True),
                    static_rs=None if a.static_r is None else [int(x) for x in a.static_r.split(",") if x],
                    samplers=None if a.samplers is None else [x for x in a.samplers.split(",") if x],
-                   latent=None if a.latent is None else a.latent == "yes", threads=a.threads)
+                   latent=None if a.latent is None else a.latent == "yes", threads=a.threads,
+                   init_scale=a.init_scale)
     print()
     print(format_table(res))
     if a.json:
