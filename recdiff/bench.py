@@ -89,9 +89,15 @@ def main(argv: list[str] | None = None) -> None:
     rows = [s for s in SAMPLERS if args.samplers is None or s[0] in args.samplers.split(",")]
     for name in args.models.split(","):
         model = build(name, args.device, args.dtype)
-        g = torch.Generator().manual_seed(0)
-        vocab = model.config.vocab_size
-        prompts = [torch.randint(0, vocab, (args.prompt_len,), generator=g).tolist() for _ in range(args.prompts)]
+        if model.tokenizer is not None:  # a trained model: real benchmark prompts, so samplers behave as in sweeps
+            from recdiff.benchmarks import get_benchmark
+
+            bench = get_benchmark("arith", limit=args.prompts)
+            prompts = [model.tokenizer(bench.render(p, model.tokenizer))["input_ids"] for p in bench.problems()]
+        else:  # random weights: random prompts
+            g = torch.Generator().manual_seed(0)
+            prompts = [torch.randint(0, model.config.vocab_size, (args.prompt_len,), generator=g).tolist()
+                       for _ in range(args.prompts)]
         print(f"\n## {name}: {model.num_parameters() / 1e6:.2f}M parameters, {args.device}, "
               f"{next(model.parameters()).dtype}, {args.prompts} prompts × {args.max_new_tokens} new tokens")
         print(f"{'sampler':24s} {'tokens/s':>10s} {'core passes/token':>18s} {'tokens':>7s} {'step cap hit':>12s}")
@@ -105,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
                 if label in results:
                     print(f"ratio {label} / static r=32: {results[label]['tok_s'] / base:.2f}x "
                           f"(ideal (r+1)/(r'+1) = {33 / 5:.2f}x)")
-        length = args.prompt_len + args.max_new_tokens
+        length = max(len(p) for p in prompts) + args.max_new_tokens
         kv = {pol: KVCache(model.config, length, pol, max_steps=32, device="meta", dtype=next(model.parameters()).dtype).nbytes()
               for pol in ("shared", "per_step")}
         print(f"KV cache at {length} positions, r=32: shared {kv['shared'] / 2**20:.2f} MiB, "

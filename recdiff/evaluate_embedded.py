@@ -181,7 +181,7 @@ def evaluate(path: str | Path = ASSET_DIR, n: int = 200, rows: str = "all", max_
     if latent:
         lc = latent_change(model, problems[: min(len(problems), 100)])
         results["latent_change_median"] = lc
-        log("median latent change " + "  ".join(f"r={r}: {v:.4f}" for r, v in lc.items()))
+        log("median latent change " + "  ".join(f"r={r}: {v:.1e}" for r, v in lc.items()))
     return results
 
 
@@ -195,7 +195,7 @@ def format_table(results: dict) -> str:
         lc = results["latent_change_median"]
         lines.append("")
         lines.append("median ‖s_r − s_{r−1}‖/‖s_r‖ over completion positions: " +
-                     ", ".join(f"r={r}: {v:.4f}" for r, v in lc.items()))
+                     ", ".join(f"r={r}: {v:.1e}" for r, v in lc.items()))
     return "\n".join(lines)
 
 

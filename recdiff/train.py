@@ -43,6 +43,7 @@ DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "data_seed": 0,
     "threads": "auto",
+    "device": "cpu",
     "out_dir": "outputs/train/embedded",
     "model": {
         "n_embd": 128, "n_heads": 4, "num_key_value_heads": 4,
@@ -166,6 +167,7 @@ def teacher_forced_accuracy(model, enc: Encoder, problems, r: int, seed: int = 0
     gen = torch.Generator().manual_seed(seed)
     for i in range(0, len(problems), batch_size):
         ids, mask = enc.batch(problems[i : i + batch_size])
+        ids, mask = ids.to(model.freqs_cis.device), mask.to(model.freqs_cis.device)
         logits, _ = model.forward(ids, r=r, init_scale=1.0, generator=gen)
         pred = logits[:, :-1].argmax(-1)
         m = mask[:, 1:]
@@ -253,6 +255,12 @@ def run_training(overrides: dict | None = None, log=print) -> dict:
     tok = build_tokenizer_for(cfg)
     enc = Encoder(tok)
     model = build_model(cfg, tok.get_vocab_size())
+    dev = str(cfg.get("device", "cpu"))
+    if dev == "auto":
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(dev)
+    model.to(device)
+    model.freqs_cis = model.freqs_cis.to(device)
     model.train()
     log(f"model: {model.num_parameters():,} parameters, vocab {tok.get_vocab_size()}, config {cfg['model']}")
 
@@ -286,6 +294,7 @@ def run_training(overrides: dict | None = None, log=print) -> dict:
         threads.before(step)
         t_step = time.perf_counter()
         ids, mask = enc.batch([next(stream) for _ in range(int(tc["batch_size"]))])
+        ids, mask = ids.to(device), mask.to(device)
         r_ng, r_g = sample_recurrence(mean_r, k, gen, float(tc["lognormal_sigma"]))
         logits = model.forward_train(ids, r_ng, r_g, init_scale=float(tc["init_scale"]))
         loss = completion_loss(logits, ids, mask)

@@ -12,10 +12,11 @@ from recdiff.evaluate_embedded import ASSET_DIR
 
 pytestmark = pytest.mark.skipif(not (ASSET_DIR / "model.safetensors").is_file(), reason="no shipped checkpoint")
 
-# Measured on the shipped checkpoint (MODEL_CARD.md): static r=32 solves ACC_R32 of the first 200 held-out
-# problems; the slice below asserts a bar well under that, and far above chance (answers are 1..99).
+# Measured on the shipped checkpoint (MODEL_CARD.md): static r=32 solves 0.955 of the first 200 held-out
+# problems (15 of the first 16); the slice below asserts a bar well under that and far above chance
+# (answers are 1..99).
 N_SLICE = 16
-MIN_CORRECT_R32 = 6
+MIN_CORRECT_R32 = 12
 
 
 def test_files_in_official_layout_and_small():
@@ -51,17 +52,14 @@ def test_loads_and_scores_above_chance_at_r32():
 
 
 def test_depth_helps():
-    """One recurrence from a random state is far worse than 32 (teacher-forced per-token accuracy)."""
+    """One recurrence from a random state (α=1) solves far fewer problems than 32 (teacher-forced exact match
+    of the whole solution on 64 held-out problems; measured 0.56 vs 0.94 on the shipped checkpoint)."""
     from recdiff.benchmarks import arith
-    from recdiff.train import Encoder
+    from recdiff.train import Encoder, teacher_forced_accuracy
 
     model = load.load_model(ASSET_DIR)
     enc = Encoder(model.tokenizer.backend_tokenizer)
-    ids, mask = enc.batch(arith.generate_split("test", 32))
-    acc = {}
-    with torch.no_grad():
-        for r in (1, 32):
-            logits, _ = model.forward(ids, r=r, init_scale=1.0, generator=torch.Generator().manual_seed(0))
-            m = mask[:, 1:]
-            acc[r] = float(((logits[:, :-1].argmax(-1) == ids[:, 1:]) & m).sum() / m.sum())
-    assert acc[32] > acc[1] + 0.2, acc
+    problems = arith.generate_split("test", 64)
+    acc = {r: teacher_forced_accuracy(model, enc, problems, r)["exact"] for r in (1, 32)}
+    assert acc[32] >= 0.85, acc
+    assert acc[1] <= acc[32] - 0.25, acc
