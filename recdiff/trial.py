@@ -285,8 +285,14 @@ def run_trial(work: Workload, cfg: DictConfig, output_dir: str | os.PathLike) ->
                 if i == 0:
                     _inject(fault)
                 want_trace = i < n_traces
+                # a model's context bounds the answer: run.max_new_tokens is an upper limit, not a demand
+                room = int(work.model.config.block_size) - len(ids) - 1
+                if room < 1:
+                    raise RecdiffError(f"problem {problem.id}: prompt of {len(ids)} tokens does not fit the model's "
+                                       f"block_size {work.model.config.block_size}")
                 with Timer(work.device) as t:
-                    res = recdiff.generate(work.model, ids, trace=want_trace, **gen_kwargs)
+                    res = recdiff.generate(work.model, ids, trace=want_trace,
+                                           **{**gen_kwargs, "max_new_tokens": min(room, gen_kwargs["max_new_tokens"])})
                 completion = _cut_at_stop(codec.decode(list(res.tokens)), stops) if tok is None else codec.decode(list(res.tokens))
                 completions.append(completion)
                 stats.append(dict(res.stats))
