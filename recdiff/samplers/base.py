@@ -60,6 +60,16 @@ def one_of(*choices: str) -> Check:
     return check
 
 
+def optional(check: Check) -> Check:
+    """``check``, with None allowed (the sampler then picks its own value)."""
+
+    def checked(v: Any) -> str | None:
+        complaint = None if v is None else check(v)
+        return complaint and complaint.replace("must be", "must be null or", 1)
+
+    return checked
+
+
 def validate(sampler: str, params: dict[str, Any], spec: dict[str, tuple[Any, Check]]) -> dict[str, Any]:
     """Fill defaults from ``spec`` (name → (default, check)) and reject unknown names or bad values in one line."""
     for name in params:

@@ -44,7 +44,9 @@ from recdiff.samplers.base import (
     boolean,
     half_open_unit,
     non_negative,
+    non_negative_int,
     one_of,
+    optional,
     positive,
     positive_int,
     unit_interval,
@@ -53,31 +55,23 @@ from recdiff.samplers.base import (
 from recdiff.trace import DiffusionTrace
 
 
-def _optional_int(v: object) -> str | None:
-    return None if v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0) else "must be null or an integer >= 0"
-
-
-def _optional_pos_int(v: object) -> str | None:
-    return None if v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1) else "must be null or an integer >= 1"
-
-
 SPEC = {
     "r": (32, positive_int),
     "r_inner": (4, positive_int),
     "freeze": ("adaptive", one_of("adaptive", "fixed")),
     "freeze_rule": ("prefix", one_of("prefix", "last")),
     "adaptive_rule": ("paper", one_of("paper", "reference")),
-    "r_freeze": (None, _optional_pos_int),
+    "r_freeze": (None, optional(positive_int)),
     "epsilon": (0.03, positive),
     "wavefront": (128, positive_int),
     "headway": (1, positive_int),
-    "pad_id": (None, _optional_int),
+    "pad_id": (None, optional(non_negative_int)),
     "beta": (0.0, unit_interval),
     "beta_schedule": ("linear", one_of("constant", "dampened", "linear", "sqrt")),
     "eta": (0.1, half_open_unit),
     "init_scale": (0.0, non_negative),
     "continuous_compute": (False, boolean),
-    "max_steps": (None, _optional_pos_int),  # None: 4·max_new_tokens·⌈r/r'⌉, four times fixed mode's steps
+    "max_steps": (None, optional(positive_int)),  # None: 4·max_new_tokens·⌈r/r'⌉, four times fixed mode's steps
     "kv_cache": ("shared", one_of("shared")),
 }
 

@@ -293,7 +293,6 @@ def test_max_new_tokens_beyond_the_context_is_an_upper_limit(tmp_path):
     """The default run.max_new_tokens (256) exceeds the embedded model's room after a prompt: still COMPLETE."""
     run_sweep(["sampler=static", "sampler.r=2", "benchmark.limit=1", "run.max_new_tokens=100000", "run.warmup=0",
                "run.threads=1", "run.progress=false", *job_args(tmp_path)])
-    info = json.loads((tmp_path / "run" / "study.json").read_text()) if (tmp_path / "run" / "study.json").exists() else None
     storage = str(tmp_path / "journal.log")
     import optuna
 
@@ -302,4 +301,3 @@ def test_max_new_tokens_beyond_the_context_is_an_upper_limit(tmp_path):
     names = optuna.get_all_study_names(storage=open_storage(storage))
     trials = load(storage, names[0]).get_trials()
     assert [t.state for t in trials] == [TrialState.COMPLETE], [t.user_attrs.get("prune_reason") for t in trials]
-    assert info is None or info["study_name"] == names[0]
