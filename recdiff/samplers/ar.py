@@ -24,13 +24,13 @@ def run_ar(ctx: Context, r: int, init_scale: float, kv_cache: str, epsilon: floa
         e = m.embed(ids, start)
         z = m.initial_state(e, init_scale, ctx.generator)
         steps = r
+        exits = epsilon is not None and (start > 0 or exit_in_prefill)
         for k in range(r):
             z_prev = z
             z = m.core_step(z, e, start, k)
             core_passes += 1
             tokens_forward += T
             # the exit test needs the value on the host: one sync per recurrence, inherent to adaptive compute
-            exits = epsilon is not None and (start > 0 or exit_in_prefill)
             if exits and relative_change(z, z_prev).mean().item() < epsilon:
                 steps = k + 1
                 break

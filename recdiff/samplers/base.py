@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
@@ -160,7 +160,6 @@ class Context:
     stop: StopCondition
     generator: torch.Generator
     trace: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def check_fits(self, total: int) -> None:
         block = self.model.config.block_size
