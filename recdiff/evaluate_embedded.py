@@ -97,9 +97,20 @@ def greedy_static_nocache(model, prompts: list[list[int]], r: int, max_new_token
     return out, secs
 
 
+def trained_layout(path: str | Path) -> int:
+    """``data.steps_per_line`` the checkpoint was trained with (its ``train_state.json``; runs from before the
+    option existed wrote one sentence per line), so reference solutions are measured in the model's own format."""
+    f = Path(path) / "train_state.json"
+    if not f.is_file():
+        from recdiff.benchmarks import arith
+        return arith.STEPS_PER_LINE
+    return int(json.loads(f.read_text()).get("config", {}).get("data", {}).get("steps_per_line", 1))
+
+
 @torch.no_grad()
-def latent_change(model, problems, rs=(8, 16, 32, 64), seed: int = 0) -> dict[int, float]:
-    """Median δ_r = ‖s_r − s_{r−1}‖/‖s_r‖ over completion positions of prompt + reference solution."""
+def latent_change(model, problems, rs=(8, 16, 32, 64), seed: int = 0, steps_per_line: int | None = None) -> dict[int, float]:
+    """Median δ_r = ‖s_r − s_{r−1}‖/‖s_r‖ over completion positions of prompt + reference solution (written
+    ``steps_per_line`` sentences per line; default: the benchmark's layout)."""
     from recdiff.benchmarks import arith
 
     tok = model.tokenizer
@@ -107,7 +118,8 @@ def latent_change(model, problems, rs=(8, 16, 32, 64), seed: int = 0) -> dict[in
     deltas: dict[int, list[float]] = {r: [] for r in rs}
     for p in problems:
         pr = tok.encode(arith.prompt_text(p.question), add_special_tokens=False)
-        co = tok.encode(arith.completion_text(p.meta["solution"]), add_special_tokens=False)
+        sol = p.meta["solution"] if steps_per_line is None else arith.write_solution(p.meta["steps"], steps_per_line)
+        co = tok.encode(arith.completion_text(sol), add_special_tokens=False)
         ids = torch.tensor([pr + co], dtype=torch.long)
         e = model.embed(ids, use_cache=False)
         s = model.initial_state(e, 1.0, gen)
@@ -179,7 +191,7 @@ def evaluate(path: str | Path = ASSET_DIR, n: int = 200, rows: str = "all", max_
         log(f"{label:<14} acc {row['accuracy']:.3f} [{lo:.3f}, {hi:.3f}]  {tps:7.1f} tok/s  "
             f"{row['core_passes_per_token']:6.2f} passes/tok  ({row['wall_s']:.0f}s)")
     if latent:
-        lc = latent_change(model, problems[: min(len(problems), 100)])
+        lc = latent_change(model, problems[: min(len(problems), 100)], steps_per_line=trained_layout(path))
         results["latent_change_median"] = lc
         log("median latent change " + "  ".join(f"r={r}: {v:.1e}" for r, v in lc.items()))
     return results

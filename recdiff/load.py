@@ -129,11 +129,16 @@ def load_tokenizer(folder: Path) -> Any:
     if not (folder / "tokenizer.json").is_file():
         return None
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    from transformers.utils import logging as hf_logging
 
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # AutoConfig does not know model_type huginn_raven and warns on every load
     try:
         return AutoTokenizer.from_pretrained(str(folder))
     except Exception:  # no tokenizer_config.json or an unknown tokenizer class: the raw tokenizer.json still works
         return PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
+    finally:
+        hf_logging.set_verbosity(level)
 
 
 def save_pretrained(model: RecurrentDepthModel, folder: str | os.PathLike, tokenizer: Any = None) -> Path:

@@ -8,7 +8,8 @@ Huginn's recipe at toy scale:
   the last ``min(k, p)`` with gradient (truncated backpropagation, ``k = mean_backprop_depth``);
 - random initial states (``init_scale`` α = 1);
 - AdamW, trapezoid learning rate (linear warm-up, constant, linear cool-down), gradient clipping.
-Data: an endless stream of ``arith`` train-split problems (the test split is disjoint by construction), loss on
+Data: an endless stream of ``arith`` train-split problems with solutions written ``data.steps_per_line``
+sentences per line (0: the whole chain in one line, so each result needs 2-4 chained operations of latent work) (the test split is disjoint by construction), loss on
 the completion tokens only (solution + EOS).  The tokenizer (byte-level BPE, single-digit tokens) is trained on
 the first ``tokenizer_corpus`` train problems.  Checkpoints are written atomically every ``checkpoint_every_s``
 seconds in the official layout (``config.json``, ``model.safetensors``, ``tokenizer.json``).
@@ -22,8 +23,10 @@ Hydra config: ``conf/train/embedded.yaml`` (``--config-name`` picks another file
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import random
 import os
 import shutil
 import time
@@ -43,12 +46,14 @@ DEFAULTS: dict[str, Any] = {
     "threads": "auto",
     "device": "cpu",
     "out_dir": "outputs/train/embedded",
+    "init_from": None,
     "model": {
         "n_embd": 128, "n_heads": 4, "num_key_value_heads": 4,
         "n_layers_in_prelude": 1, "n_layers_in_recurrent_block": 2, "n_layers_in_coda": 1,
         "intermediate_size": 352, "block_size": 256, "mean_recurrence": 16, "mean_backprop_depth": 4,
         "rope_base": 50000.0, "qk_bias": True, "bias": False, "tie_embeddings": True,
     },
+    "data": {"steps_per_line": arith.STEPS_PER_LINE, "curriculum_start": 1, "curriculum_frac": 0.0},
     "tokenizer": {"vocab_size": 512, "corpus": 20000},
     "train": {
         "batch_size": 24, "lr": 3e-3, "min_lr_frac": 0.0, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
@@ -124,6 +129,23 @@ def lr_factor(progress: float, step: int, warmup: int, cooldown_frac: float, min
 
 
 # ------------------------------------------------------------------------------------------------ data
+class Curriculum:
+    """Solution layout per training problem: during the first ``frac`` of the run the share of problems written
+    in the final layout (``steps_per_line``) rises linearly from 0 to 1, the others are written ``start``
+    steps per line (one operation per written result: easy to learn, then composed into longer chains)."""
+
+    def __init__(self, steps_per_line: int, start: int, frac: float, seed: int) -> None:
+        self.final, self.start, self.frac = steps_per_line, start, frac
+        self.rng = random.Random(f"curriculum/{seed}")
+
+    def __call__(self, problem: arith.ArithProblem, progress: float) -> arith.ArithProblem:
+        share = 1.0 if self.frac <= 0 else min(progress / self.frac, 1.0)
+        spl = self.final if self.rng.random() < share else self.start
+        if spl == self.final:
+            return problem  # the stream already writes the final layout
+        return dataclasses.replace(problem, solution=arith.write_solution(problem.steps, spl))
+
+
 class Encoder:
     """prompt / completion → ids and completion mask, exactly as evaluation sees them."""
 
@@ -228,7 +250,8 @@ def _save_fallback(model: RecurrentDepthModel, folder: Path) -> None:
 def build_tokenizer_for(cfg: dict):
     from recdiff.tokenizer import build_tokenizer
 
-    corpus = arith.generate_split("train", int(cfg["tokenizer"]["corpus"]), seed=int(cfg["data_seed"]))
+    corpus = arith.generate_split("train", int(cfg["tokenizer"]["corpus"]), seed=int(cfg["data_seed"]),
+                                  steps_per_line=int(cfg["data"]["steps_per_line"]))
     texts = [arith.prompt_text(p.question) + arith.completion_text(p.solution) for p in corpus]
     return build_tokenizer(texts, vocab_size=int(cfg["tokenizer"]["vocab_size"]))
 
@@ -250,9 +273,17 @@ def run_training(overrides: dict | None = None, log=print) -> dict:
     out_dir = Path(cfg["out_dir"])
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    tok = build_tokenizer_for(cfg)
+    if cfg.get("init_from"):  # continue from a checkpoint (a curriculum stage): its weights, config, tokenizer
+        from recdiff.load import load_model
+
+        model = load_model(cfg["init_from"]).requires_grad_(True)
+        tok = model.tokenizer.backend_tokenizer
+        c = model.config
+        cfg["model"] = {**cfg["model"], "mean_recurrence": c.mean_recurrence, "mean_backprop_depth": c.mean_backprop_depth}
+    else:
+        tok = build_tokenizer_for(cfg)
+        model = build_model(cfg, tok.get_vocab_size())
     enc = Encoder(tok)
-    model = build_model(cfg, tok.get_vocab_size())
     dev = str(cfg.get("device", "cpu"))
     if dev == "auto":
         dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -269,8 +300,11 @@ def run_training(overrides: dict | None = None, log=print) -> dict:
         lr=float(tc["lr"]), betas=(float(tc["beta1"]), float(tc["beta2"])),
     )
     gen = torch.Generator().manual_seed(int(cfg["seed"]) + 1)
-    stream = arith.iter_split("train", int(cfg["data_seed"]))
-    eval_problems = arith.generate_split("test", int(tc["eval_n"]), seed=arith.DEFAULT_SEED)
+    spl = int(cfg["data"]["steps_per_line"])
+    curriculum = Curriculum(spl, int(cfg["data"]["curriculum_start"]), float(cfg["data"]["curriculum_frac"]),
+                            int(cfg["data_seed"]))
+    stream = arith.iter_split("train", int(cfg["data_seed"]), spl)
+    eval_problems = arith.generate_split("test", int(tc["eval_n"]), seed=arith.DEFAULT_SEED, steps_per_line=spl)
 
     t0 = time.time()
     last_ckpt = t0
@@ -291,7 +325,7 @@ def run_training(overrides: dict | None = None, log=print) -> dict:
             g["lr"] = float(tc["lr"]) * f
         threads.before(step)
         t_step = time.perf_counter()
-        ids, mask = enc.batch([next(stream) for _ in range(int(tc["batch_size"]))])
+        ids, mask = enc.batch([curriculum(next(stream), progress) for _ in range(int(tc["batch_size"]))])
         ids, mask = ids.to(device), mask.to(device)
         r_ng, r_g = sample_recurrence(mean_r, k, gen, float(tc["lognormal_sigma"]))
         logits = model.forward_train(ids, r_ng, r_g, init_scale=float(tc["init_scale"]))

@@ -2,9 +2,11 @@
 
 Problems are generated from sentence templates and a seed: one or more named entities, 2-4 chained
 operations (add, subtract, "k groups of m", "k times as many", equal split), every intermediate result
-in 1..99 so that the embedded model can learn them.  The solution is written GSM8K-style, one line per
-sentence of the question, and ends with ``#### N``; a "k groups of m" step is written fused
-(``23+4*6=47``) so that producing one result digit needs two operations' worth of latent computation.
+in 1..99 so that the embedded model can learn them.  The solution is written GSM8K-style and ends with
+``#### N``; the question's sentences are written ``STEPS_PER_LINE`` to a line as one expression over the
+previous line's result (``(48-28)*3+4*5=80``).  The default (1, the layout the shipped embedded model was
+trained on) writes one sentence per line (``48-28=20``, ``20*3=60``, ``60+4*5=80``); 0 writes the whole chain in
+one line, so that the first result digit needs 2-4 chained operations of latent computation.
 
 Splits are deterministic and disjoint by construction: a question belongs to the test split iff the
 first 8 bytes of its SHA-256 hash are divisible by ``TEST_MODULUS``; the train stream skips those.
@@ -32,6 +34,7 @@ ITEMS = ["apples", "pens", "marbles", "stickers", "cards", "books", "shells", "c
          "candies", "toys", "cookies", "stamps", "beads", "rocks", "eggs", "plums"]
 CONTAINERS = ["bags", "boxes", "packs", "jars", "baskets"]
 MAX_VALUE = 99
+STEPS_PER_LINE = 1         # solution sentences per written line (0: the whole chain in one line); see write_solution
 
 
 @dataclass
@@ -47,7 +50,7 @@ def _pronoun(name: str) -> str:
     return "She" if name in NAMES_F else "He"
 
 
-def _make_problem(rng: random.Random) -> ArithProblem:
+def _make_problem(rng: random.Random, steps_per_line: int) -> ArithProblem:
     """One problem.  Rejection-free: every draw respects 1 <= value <= MAX_VALUE."""
     n_ops_target = rng.randint(2, 4)
     names = rng.sample(NAMES_F + NAMES_M, 3)
@@ -55,7 +58,6 @@ def _make_problem(rng: random.Random) -> ArithProblem:
     item = rng.choice(ITEMS)
     v = rng.randint(5, 60)
     sentences = [f"{subj} has {v} {item}."]
-    lines: list[str] = []
     steps: list[tuple] = [("start", v)]
     n_ops = 0
     used_times = False
@@ -72,7 +74,6 @@ def _make_problem(rng: random.Random) -> ArithProblem:
             y = rng.randint(2, min(40, MAX_VALUE - v))
             sentences.append(rng.choice([f"{p} buys {y} more.", f"{p} finds {y} more.",
                                          f"{other} gives {subj} {y} more."]))
-            lines.append(f"{v}+{y}={v + y}")
             steps.append(("add", v, y))
             v, n_ops = v + y, n_ops + 1
         elif op == "sub":
@@ -81,7 +82,6 @@ def _make_problem(rng: random.Random) -> ArithProblem:
             y = rng.randint(2, min(40, v - 1))
             sentences.append(rng.choice([f"{p} gives {y} to {other}.", f"{p} loses {y}.",
                                          f"{p} sells {y}."]))
-            lines.append(f"{v}-{y}={v - y}")
             steps.append(("sub", v, y))
             v, n_ops = v - y, n_ops + 1
         elif op == "groups":
@@ -92,7 +92,6 @@ def _make_problem(rng: random.Random) -> ArithProblem:
             k, m = rng.choice(pairs)
             c = rng.choice(CONTAINERS)
             sentences.append(f"{p} buys {k} {c} of {m} each.")
-            lines.append(f"{v}+{k}*{m}={v + k * m}")
             steps.append(("groups", v, k, m))
             v, n_ops = v + k * m, n_ops + 2
         elif op == "times":
@@ -102,7 +101,6 @@ def _make_problem(rng: random.Random) -> ArithProblem:
             k = rng.choice(ks)
             word = {2: "twice", 3: "3 times", 4: "4 times", 5: "5 times"}[k]
             sentences.append(f"{third} has {word} as many {item} as {subj}.")
-            lines.append(f"{v}*{k}={v * k}")
             steps.append(("times", v, k))
             v, n_ops = v * k, n_ops + 1
             subj, third = third, subj
@@ -113,13 +111,36 @@ def _make_problem(rng: random.Random) -> ArithProblem:
                 continue
             k = rng.choice(ks)
             sentences.append(f"{p} splits them into {k} equal piles and keeps one.")
-            lines.append(f"{v}/{k}={v // k}")
             steps.append(("split", v, k))
             v, n_ops = v // k, n_ops + 1
     sentences.append(f"How many {item} does {subj} have now?")
     question = " ".join(sentences)
-    solution = "\n".join(lines) + f"\n#### {v}"
+    solution = write_solution(steps, steps_per_line)
     return ArithProblem(question=question, solution=solution, answer=v, n_ops=n_ops, steps=steps)
+
+
+def write_solution(steps: list, steps_per_line: int = 0) -> str:
+    """GSM8K-style solution: the question's sentences in chunks of ``steps_per_line`` (0: all in one line), each
+    chunk written as one expression over the previous line's result and evaluated (``(23+4*6-12)/5=7``), then
+    ``#### N``.  Fewer lines means more chained operations behind each written result, i.e. more latent
+    computation per token; the expression is ordinary arithmetic (Python's ``eval`` agrees with it)."""
+    ops = steps[1:]
+    chunk = len(ops) if steps_per_line <= 0 else steps_per_line
+    v, lines = steps[0][1], []
+    for i in range(0, len(ops), chunk):
+        expr, additive = str(v), False  # additive: the top level of expr is a sum, so * and / need parentheses
+        for s in ops[i:i + chunk]:
+            op = s[0]
+            if op in ("add", "sub", "groups"):
+                expr += f"+{s[2]}*{s[3]}" if op == "groups" else f"{'+' if op == 'add' else '-'}{s[2]}"
+                additive = True
+            else:
+                sym = "*" if op == "times" else "/"
+                expr = (f"({expr})" if additive else expr) + f"{sym}{s[2]}"
+                additive = False
+            v = recompute_answer([("start", v), s])
+        lines.append(f"{expr}={v}")
+    return "\n".join(lines) + f"\n#### {v}"
 
 
 def recompute_answer(steps: list) -> int:
@@ -148,15 +169,17 @@ def is_test_question(question: str) -> bool:
     return h % TEST_MODULUS == 0
 
 
-def iter_split(split: str, seed: int):
-    """Infinite deterministic stream of distinct problems of one split ("train" or "test")."""
+def iter_split(split: str, seed: int, steps_per_line: int | None = None):
+    """Infinite deterministic stream of distinct problems of one split ("train" or "test").  The questions do
+    not depend on ``steps_per_line`` (default :data:`STEPS_PER_LINE`), only the written solutions do."""
+    spl = STEPS_PER_LINE if steps_per_line is None else int(steps_per_line)
     if split not in ("train", "test"):
         raise ValueError(f"arith: unknown split {split!r} (train, test)")
     rng = random.Random(f"arith/{split}/{seed}")
     want_test = split == "test"
     seen: set[str] = set()
     while True:
-        p = _make_problem(rng)
+        p = _make_problem(rng, spl)
         if is_test_question(p.question) != want_test or p.question in seen:
             continue
         if want_test:
@@ -164,9 +187,9 @@ def iter_split(split: str, seed: int):
         yield p
 
 
-def generate_split(split: str, n: int, seed: int = DEFAULT_SEED) -> list[ArithProblem]:
+def generate_split(split: str, n: int, seed: int = DEFAULT_SEED, steps_per_line: int | None = None) -> list[ArithProblem]:
     out = []
-    for p in iter_split(split, seed):
+    for p in iter_split(split, seed, steps_per_line):
         out.append(p)
         if len(out) >= n:
             break
@@ -237,12 +260,14 @@ class ArithBenchmark(Benchmark):
 
     def _rows(self) -> tuple[list[dict], str]:
         raw = generate_split(self.split, self.n_problems, self.seed)
-        rows = [{"question": p.question, "solution": p.solution, "answer": p.answer, "n_ops": p.n_ops} for p in raw]
+        rows = [{"question": p.question, "solution": p.solution, "answer": p.answer, "n_ops": p.n_ops,
+                 "steps": p.steps} for p in raw]
         return rows, f"arith:{self.split}:seed={self.seed}:n={self.n_problems}"
 
     def _problem(self, row: dict, index: int) -> Problem:
         return Problem(id=f"arith-{self.split}-{self.seed}-{index}", question=row["question"],
-                       reference=str(row["answer"]), meta={"solution": row["solution"], "n_ops": row["n_ops"]})
+                       reference=str(row["answer"]), meta={"solution": row["solution"], "n_ops": row["n_ops"],
+                                                                    "steps": row["steps"]})
 
     def render(self, problem: Problem, tokenizer=None) -> str:
         return prompt_text(problem.question)  # the embedded model's training format; no chat template

@@ -1,6 +1,7 @@
 """The embedded arith benchmark: determinism, disjoint splits, correct solutions, GSM8K-style scoring."""
 
 import re
+from fractions import Fraction
 
 import pytest
 
@@ -26,32 +27,48 @@ def test_splits_are_disjoint_and_test_is_distinct():
     assert not any(arith.is_test_question(p.question) for p in train)
 
 
-def _eval_line(line: str) -> tuple[int, int]:
+def _eval_line(line: str) -> tuple[Fraction, int]:
     lhs, rhs = line.split("=")
-    assert re.fullmatch(r"[0-9+\-*/]+", lhs), line
-    val = eval(lhs.replace("/", "//"))  # noqa: S307 - digits and operators only (checked above)
+    assert re.fullmatch(r"[0-9+\-*/()]+", lhs), line
+    # exact rational arithmetic, independent of the generator: wrap every literal in Fraction
+    val = eval(re.sub(r"(\d+)", r"Fraction(\1)", lhs), {"Fraction": Fraction})  # noqa: S307 - checked above
     return val, int(rhs)
 
 
-def test_solutions_are_correct_and_in_gsm8k_format():
-    for p in arith.generate_split("test", 300, seed=3) + arith.generate_split("train", 300, seed=3):
-        *steps, last = p.solution.split("\n")
+@pytest.mark.parametrize("steps_per_line", [1, 2, 0])
+def test_solutions_are_correct_and_in_gsm8k_format(steps_per_line):
+    for p in arith.generate_split("test", 300, seed=3, steps_per_line=steps_per_line) + \
+            arith.generate_split("train", 300, seed=3, steps_per_line=steps_per_line):
+        *lines, last = p.solution.split("\n")
         assert last == f"#### {p.answer}"
         assert 2 <= p.n_ops <= 4
+        n_sentences = len(p.steps) - 1
+        assert len(lines) == (1 if steps_per_line == 0 else -(-n_sentences // steps_per_line))
+        qnums = set(re.findall(r"\d+", p.question)) | {"2"}  # "twice"
         prev = None
-        for line in steps:
+        for line in lines:
             val, rhs = _eval_line(line)
             assert val == rhs, (p.question, line)
             assert 1 <= rhs <= arith.MAX_VALUE
-            if prev is not None:  # chained: each step starts from the previous result
-                assert line.startswith(str(prev)), p.solution
+            nums = re.findall(r"\d+", line.split("=")[0])
+            if prev is not None:  # chained: each line starts from the previous result
+                assert line.lstrip("(").startswith(str(prev)) and nums[0] == str(prev), p.solution
+                nums = nums[1:]
+            for n in nums:  # every other number of the expression is read from the question
+                assert n in qnums, (p.question, line)
             prev = rhs
         assert prev == p.answer == arith.recompute_answer(p.steps)
-        # every number the solution introduces (other than chained results) appears in the question
-        qnums = set(re.findall(r"\d+", p.question)) | {"2"}  # "twice"
-        first = steps[0].split("=")[0]
-        for n in re.findall(r"\d+", first):
-            assert n in qnums, (p.question, first)
+
+
+def test_questions_do_not_depend_on_the_solution_layout():
+    a = arith.generate_split("test", 100, seed=5, steps_per_line=1)
+    b = arith.generate_split("test", 100, seed=5, steps_per_line=0)
+    assert [p.question for p in a] == [p.question for p in b]
+    assert [p.answer for p in a] == [p.answer for p in b]
+    assert arith.write_solution([("start", 48), ("sub", 48, 28), ("times", 20, 3), ("groups", 60, 4, 5)], 0) \
+        == "(48-28)*3+4*5=80\n#### 80"
+    assert arith.write_solution([("start", 48), ("sub", 48, 28), ("times", 20, 3), ("groups", 60, 4, 5)], 2) \
+        == "(48-28)*3=60\n60+4*5=80\n#### 80"
 
 
 def test_benchmark_registry_slice_render_and_score():

@@ -25,6 +25,16 @@ def test_files_in_official_layout_and_small():
     assert sum(p.stat().st_size for p in ASSET_DIR.iterdir()) < 20 * 2**20
 
 
+def test_benchmark_writes_solutions_in_the_layout_the_model_learned():
+    import json
+
+    from recdiff.benchmarks import arith
+
+    state = json.loads((ASSET_DIR / "train_state.json").read_text())
+    # runs from before the option existed wrote one sentence per line
+    assert state["config"].get("data", {}).get("steps_per_line", 1) == arith.STEPS_PER_LINE
+
+
 def test_default_model_config_points_at_the_asset():
     import yaml  # hydra dependency
 

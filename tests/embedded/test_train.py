@@ -54,3 +54,29 @@ def test_short_run_lowers_loss_and_checkpoint_round_trips(tmp_path):
         a, _ = trained.forward(ids, r=3, init_scale=0.0)
         b, _ = model.forward(ids, r=3, init_scale=0.0)
     torch.testing.assert_close(a, b)
+
+    # a later curriculum stage continues from that checkpoint: same weights and tokenizer, loss picks up where it was
+    cont = train.run_training({**cfg, "out_dir": str(tmp_path / "stage2"), "init_from": str(tmp_path / "run" / "final"),
+                               "data": {"steps_per_line": 0},
+                               "train": {**cfg["train"], "max_steps": 3, "lr": 1e-6}}, log=lambda s: None)
+    assert cont["tokenizer"].get_vocab() == res["tokenizer"].get_vocab()
+    first_cont = cont["history"][0]["loss"]
+    assert first_cont < first - 1.0, (first_cont, first)
+
+
+def test_curriculum_moves_from_one_step_per_line_to_the_final_layout():
+    stream = train.arith.iter_split("train", 0, steps_per_line=0)
+    cur = train.Curriculum(steps_per_line=0, start=1, frac=0.5, seed=0)
+
+    def lines(progress, n=400):
+        return [len(cur(next(stream), progress).solution.split("\n")) - 1 for _ in range(n)]
+
+    assert all(n == 1 for n in lines(0.6))              # past the ramp: the whole chain in one line
+    probs = [next(stream) for _ in range(400)]
+    early = [cur(p, 0.0) for p in probs]                 # start of the ramp: one sentence per line
+    assert all(len(e.solution.split("\n")) - 1 == len(p.steps) - 1 for e, p in zip(early, probs))
+    assert all(e.answer == p.answer and e.question == p.question for e, p in zip(early, probs))
+    multi = [len(p.steps) > 2 for p in probs]          # problems whose layouts differ
+    mid = [len(cur(p, 0.25).solution.split("\n")) - 1 == 1 for p, m in zip(probs, multi) if m]
+    assert 0.35 < sum(mid) / len(mid) < 0.65            # halfway up the ramp: about half in the final layout
+    assert train.Curriculum(0, 1, 0.0, 0)(probs[0], 0.0) is probs[0]   # frac 0: no curriculum
