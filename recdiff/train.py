@@ -9,14 +9,18 @@ Huginn's recipe at toy scale:
 - random initial states (``init_scale`` α = 1);
 - AdamW, trapezoid learning rate (linear warm-up, constant, linear cool-down), gradient clipping.
 Data: an endless stream of ``arith`` train-split problems with solutions written ``data.steps_per_line``
-sentences per line (0: the whole chain in one line, so each result needs 2-4 chained operations of latent work) (the test split is disjoint by construction), loss on
-the completion tokens only (solution + EOS).  The tokenizer (byte-level BPE, single-digit tokens) is trained on
+sentences per line (0: the whole chain in one line, so each result needs 2-4 chained operations of latent
+work; the test split is disjoint by construction), loss on the completion tokens only (solution + EOS).  The tokenizer (byte-level BPE, single-digit tokens) is trained on
 the first ``tokenizer_corpus`` train problems.  Checkpoints are written atomically every ``checkpoint_every_s``
 seconds in the official layout (``config.json``, ``model.safetensors``, ``tokenizer.json``).
 
 The schedule's progress is ``max(step / max_steps, elapsed / time_budget_s)``: a run under a wall-clock
 budget still cools down before its deadline (the step count reached is logged and written to the run's
 ``train_state.json``).
+
+Curriculum: ``data.curriculum_frac`` > 0 writes early problems ``data.curriculum_start`` sentences per line, with
+the final layout's share rising linearly to 1 over that fraction of the run; ``init_from`` continues from a
+checkpoint folder (weights, config and tokenizer; the schedule restarts), i.e. a later stage of a multi-stage run.
 
 Hydra config: ``conf/train/embedded.yaml`` (``--config-name`` picks another file in ``conf/train/``).
 """

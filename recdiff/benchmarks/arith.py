@@ -4,9 +4,10 @@ Problems are generated from sentence templates and a seed: one or more named ent
 operations (add, subtract, "k groups of m", "k times as many", equal split), every intermediate result
 in 1..99 so that the embedded model can learn them.  The solution is written GSM8K-style and ends with
 ``#### N``; the question's sentences are written ``STEPS_PER_LINE`` to a line as one expression over the
-previous line's result (``(48-28)*3+4*5=80``).  The default (1, the layout the shipped embedded model was
-trained on) writes one sentence per line (``48-28=20``, ``20*3=60``, ``60+4*5=80``); 0 writes the whole chain in
-one line, so that the first result digit needs 2-4 chained operations of latent computation.
+previous line's result.  The default (0, the layout the shipped embedded model was trained on) writes the whole
+chain in one line (``(48-28)*3+4*5=80``), so the first result digit needs 2-4 chained operations of latent
+computation: that is what makes recurrence depth matter.  1 writes one sentence per line (``48-28=20``,
+``20*3=60``, ``60+4*5=80``), which a 2-layer core solves within two recurrences.
 
 Splits are deterministic and disjoint by construction: a question belongs to the test split iff the
 first 8 bytes of its SHA-256 hash are divisible by ``TEST_MODULUS``; the train stream skips those.
@@ -34,7 +35,7 @@ ITEMS = ["apples", "pens", "marbles", "stickers", "cards", "books", "shells", "c
          "candies", "toys", "cookies", "stamps", "beads", "rocks", "eggs", "plums"]
 CONTAINERS = ["bags", "boxes", "packs", "jars", "baskets"]
 MAX_VALUE = 99
-STEPS_PER_LINE = 1         # solution sentences per written line (0: the whole chain in one line); see write_solution
+STEPS_PER_LINE = 0         # solution sentences per written line (0: the whole chain in one line); see write_solution
 
 
 @dataclass

@@ -12,11 +12,11 @@ from recdiff.evaluate_embedded import ASSET_DIR
 
 pytestmark = pytest.mark.skipif(not (ASSET_DIR / "model.safetensors").is_file(), reason="no shipped checkpoint")
 
-# Measured on the shipped checkpoint (MODEL_CARD.md): static r=32 solves 0.955 of the first 200 held-out
-# problems (15 of the first 16); the slice below asserts a bar well under that and far above chance
-# (answers are 1..99).
-N_SLICE = 16
-MIN_CORRECT_R32 = 12
+# Measured on the shipped checkpoint (MODEL_CARD.md): static r=32 solves 0.375 of the first 200 held-out
+# problems and 13 of the first 32; r=1 solves 2 of them.  The bar below is well under that and far above chance
+# (answers are 1..99: about 0.3 of 32 by guessing).
+N_SLICE = 32
+MIN_CORRECT_R32 = 9
 
 
 def test_files_in_official_layout_and_small():
@@ -62,14 +62,16 @@ def test_loads_and_scores_above_chance_at_r32():
 
 
 def test_depth_helps():
-    """One recurrence from a random state (α=1) solves far fewer problems than 32 (teacher-forced exact match
-    of the whole solution on 64 held-out problems; measured 0.56 vs 0.94 on the shipped checkpoint)."""
+    """Accuracy rises with recurrence: teacher-forced exact match of the whole solution on 64 held-out problems
+    from a random state (α=1); measured r=1 0.078, r=2 0.281, r=4 0.359, r=32 0.375 on the shipped checkpoint."""
     from recdiff.benchmarks import arith
     from recdiff.train import Encoder, teacher_forced_accuracy
 
     model = load.load_model(ASSET_DIR)
     enc = Encoder(model.tokenizer.backend_tokenizer)
     problems = arith.generate_split("test", 64)
-    acc = {r: teacher_forced_accuracy(model, enc, problems, r)["exact"] for r in (1, 32)}
-    assert acc[32] >= 0.85, acc
-    assert acc[1] <= acc[32] - 0.25, acc
+    acc = {r: teacher_forced_accuracy(model, enc, problems, r)["exact"] for r in (1, 2, 4, 32)}
+    assert acc[32] >= 0.28, acc
+    assert acc[1] <= acc[32] / 2, acc
+    assert acc[1] + 0.1 <= acc[2], acc
+    assert acc[2] + 0.03 <= acc[4] <= acc[32] + 0.03, acc
