@@ -10,9 +10,10 @@ Huginn's recipe at toy scale:
 - AdamW, trapezoid learning rate (linear warm-up, constant, linear cool-down), gradient clipping.
 Data: an endless stream of ``arith`` train-split problems with solutions written ``data.steps_per_line``
 sentences per line (0: the whole chain in one line, so each result needs 2-4 chained operations of latent
-work; the test split is disjoint by construction), loss on the completion tokens only (solution + EOS).  The tokenizer (byte-level BPE, single-digit tokens) is trained on
-the first ``tokenizer_corpus`` train problems.  Checkpoints are written atomically every ``checkpoint_every_s``
-seconds in the official layout (``config.json``, ``model.safetensors``, ``tokenizer.json``).
+work; the test split is disjoint by construction), loss on the completion tokens only (solution + EOS).  The
+tokenizer (byte-level BPE, single-digit tokens) is trained on the first ``tokenizer_corpus`` train problems.
+Checkpoints are written atomically every ``checkpoint_every_s`` seconds in the official layout (``config.json``,
+``model.safetensors``, ``tokenizer.json``).
 
 The schedule's progress is ``max(step / max_steps, elapsed / time_budget_s)``: a run under a wall-clock
 budget still cools down before its deadline (the step count reached is logged and written to the run's
@@ -30,8 +31,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import random
 import os
+import random
 import shutil
 import time
 from pathlib import Path

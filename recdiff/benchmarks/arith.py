@@ -139,13 +139,14 @@ def write_solution(steps: list, steps_per_line: int = 0) -> str:
                 sym = "*" if op == "times" else "/"
                 expr = (f"({expr})" if additive else expr) + f"{sym}{s[2]}"
                 additive = False
-            v = recompute_answer([("start", v), s])
+            v = recompute_answer([s])  # each step records the value it starts from
         lines.append(f"{expr}={v}")
     return "\n".join(lines) + f"\n#### {v}"
 
 
 def recompute_answer(steps: list) -> int:
-    """Independent re-evaluation of a problem's step list (used by the tests)."""
+    """The value after a problem's step list (each step records the value it starts from; the generator keeps
+    its own running value, which the tests compare with this)."""
     v = None
     for s in steps:
         op = s[0]
