@@ -63,3 +63,38 @@ def load_hf_tokenizer(folder: str | Path):
     from transformers import PreTrainedTokenizerFast
 
     return PreTrainedTokenizerFast.from_pretrained(str(folder))
+
+
+def build_byte_tokenizer() -> Tokenizer:
+    """Byte-level tokenizer without merges: the special tokens, then byte b as id ``len(SPECIAL_TOKENS) + b``.
+
+    Every character of an ASCII text is one token, so a task whose names and digits are single characters (the
+    ``hops`` benchmark) never sees a name merged with its neighbours, and ids can be computed without it
+    (:func:`byte_ids`)."""
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    alphabet = _bytes_to_unicode()
+    vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
+    vocab.update({alphabet[b]: len(SPECIAL_TOKENS) + b for b in range(256)})
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None, byte_fallback=False))
+    tok.pre_tokenizer = ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(SPECIAL_TOKENS)
+    return tok
+
+
+def byte_ids(text: str) -> list[int]:
+    """What :func:`build_byte_tokenizer` encodes ``text`` to."""
+    return [len(SPECIAL_TOKENS) + b for b in text.encode("utf-8")]
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte → printable character map (what the ByteLevel pre-tokenizer emits)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, (chr(c) for c in cs)))

@@ -8,10 +8,14 @@ Huginn's recipe at toy scale:
   the last ``min(k, p)`` with gradient (truncated backpropagation, ``k = mean_backprop_depth``);
 - random initial states (``init_scale`` α = 1);
 - AdamW, trapezoid learning rate (linear warm-up, constant, linear cool-down), gradient clipping.
-Data: an endless stream of ``arith`` train-split problems with solutions written ``data.steps_per_line``
-sentences per line (0: the whole chain in one line, so each result needs 2-4 chained operations of latent
-work; the test split is disjoint by construction), loss on the completion tokens only (solution + EOS).  The
-tokenizer (byte-level BPE, single-digit tokens) is trained on the first ``tokenizer_corpus`` train problems.
+Data (``data.task``): an endless stream of train-split problems of an embedded benchmark, loss on the completion
+tokens only (solution + EOS); the test split is disjoint by construction.
+- ``hops`` (the default model): K-hop variable look-ups (:mod:`recdiff.benchmarks.hops`), byte-level tokenizer
+  without merges; curriculum on K: the largest K rises from ``data.curriculum_start`` to ``data.max_hops`` over
+  ``data.curriculum_frac`` of the run (K uniform below it).
+- ``arith`` (the previous model, ``conf/train/embedded_arith.yaml``): word problems with solutions written
+  ``data.steps_per_line`` sentences per line; byte-level BPE (single-digit tokens) trained on the first
+  ``tokenizer.corpus`` train problems; curriculum on the layout (below).
 Checkpoints are written atomically every ``checkpoint_every_s`` seconds in the official layout (``config.json``,
 ``model.safetensors``, ``tokenizer.json``).
 
@@ -19,9 +23,12 @@ The schedule's progress is ``max(step / max_steps, elapsed / time_budget_s)``: a
 budget still cools down before its deadline (the step count reached is logged and written to the run's
 ``train_state.json``).
 
-Curriculum: ``data.curriculum_frac`` > 0 writes early problems ``data.curriculum_start`` sentences per line, with
-the final layout's share rising linearly to 1 over that fraction of the run; ``init_from`` continues from a
+Curriculum (arith): ``data.curriculum_frac`` > 0 writes early problems ``data.curriculum_start`` sentences per line,
+with the final layout's share rising linearly to 1 over that fraction of the run.  ``init_from`` continues from a
 checkpoint folder (weights, config and tokenizer; the schedule restarts), i.e. a later stage of a multi-stage run.
+
+On a GPU (``device=cuda``) batches are built by ``train.loader_workers`` background processes and matrix products
+use TF32.
 
 Hydra config: ``conf/train/embedded.yaml`` (``--config-name`` picks another file in ``conf/train/``).
 """
@@ -41,7 +48,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from recdiff.benchmarks import arith
+from recdiff.benchmarks import arith, hops
 from recdiff.config import RecurrentConfig
 from recdiff.model import RecurrentDepthModel
 
@@ -58,13 +65,15 @@ DEFAULTS: dict[str, Any] = {
         "intermediate_size": 352, "block_size": 256, "mean_recurrence": 16, "mean_backprop_depth": 4,
         "rope_base": 50000.0, "qk_bias": True, "bias": False, "tie_embeddings": True,
     },
-    "data": {"steps_per_line": arith.STEPS_PER_LINE, "curriculum_start": 1, "curriculum_frac": 0.0},
+    "data": {"task": "arith", "steps_per_line": arith.STEPS_PER_LINE, "curriculum_start": 1, "curriculum_frac": 0.0,
+             "max_hops": hops.MAX_HOPS, "curriculum_threshold": 0.0},
     "tokenizer": {"vocab_size": 512, "corpus": 20000},
     "train": {
         "batch_size": 24, "lr": 3e-3, "min_lr_frac": 0.0, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
         "grad_clip": 1.0, "warmup_steps": 50, "cooldown_frac": 0.25, "max_steps": 100000,
         "time_budget_s": 3600.0, "init_scale": 1.0, "lognormal_sigma": 0.5, "log_every": 25,
         "checkpoint_every_s": 300.0, "eval_every_s": 900.0, "eval_n": 128, "eval_r": [1, 4, 8, 16, 32],
+        "loader_workers": 0,
     },
 }
 
@@ -152,16 +161,17 @@ class Curriculum:
 
 
 class Encoder:
-    """prompt / completion → ids and completion mask, exactly as evaluation sees them."""
+    """prompt / completion → ids and completion mask, exactly as evaluation sees them (``fmt``: the task's module,
+    which writes ``prompt_text(question)`` and ``completion_text(solution)``)."""
 
-    def __init__(self, tok) -> None:  # a ``tokenizers.Tokenizer``
-        self.tok = tok
+    def __init__(self, tok, fmt: Any = arith) -> None:  # a ``tokenizers.Tokenizer``
+        self.tok, self.fmt = tok, fmt
         self.eos = tok.token_to_id("<|end_of_text|>")
         self.pad = tok.token_to_id("<|pad|>")
 
-    def encode(self, problem: arith.ArithProblem) -> tuple[list[int], int]:
-        p = self.tok.encode(arith.prompt_text(problem.question)).ids
-        c = self.tok.encode(arith.completion_text(problem.solution)).ids + [self.eos]
+    def encode(self, problem: Any) -> tuple[list[int], int]:
+        p = self.tok.encode(self.fmt.prompt_text(problem.question)).ids
+        c = self.tok.encode(self.fmt.completion_text(problem.solution)).ids + [self.eos]
         return p + c, len(p)
 
     def batch(self, problems) -> tuple[torch.Tensor, torch.Tensor]:
@@ -175,6 +185,96 @@ class Encoder:
         return ids, mask
 
 
+# ------------------------------------------------------------------------------------------------ tasks
+class ArithTask:
+    """The previous embedded model's data: ``arith`` word problems, BPE tokenizer, layout curriculum."""
+
+    fmt = arith
+
+    def __init__(self, cfg: dict) -> None:
+        self.cfg, d = cfg, cfg["data"]
+        self.spl = int(d["steps_per_line"])
+        self.curriculum = Curriculum(self.spl, int(d["curriculum_start"]), float(d["curriculum_frac"]),
+                                     int(cfg["data_seed"]))
+
+    def tokenizer(self):
+        return build_tokenizer_for(self.cfg)
+
+    def stream(self, worker: int = 0):
+        """(problem given the run's progress) for the train split; ``worker`` > 0 draws from its own stream."""
+        it = arith.iter_split("train", int(self.cfg["data_seed"]) + 1000 * worker, self.spl)
+        return lambda progress, level: self.curriculum(next(it), progress)
+
+    def eval_problems(self, n: int) -> list:
+        return arith.generate_split("test", n, seed=arith.DEFAULT_SEED, steps_per_line=self.spl)
+
+    @staticmethod
+    def difficulty(problem: Any) -> int:
+        return problem.n_ops
+
+
+class HopsTask:
+    """The default embedded model's data: ``hops`` look-ups, byte tokenizer, curriculum on the largest K.
+
+    Curriculum: with ``data.curriculum_threshold`` > 0 the largest K (the *level*) starts at ``curriculum_start``
+    and goes up by one whenever the running exact match of the training batches reaches the threshold (a level is
+    learned before the next begins); else it rises linearly over ``curriculum_frac`` of the run."""
+
+    fmt = hops
+
+    def __init__(self, cfg: dict) -> None:
+        self.cfg, d = cfg, cfg["data"]
+        self.max_hops, self.start, self.frac = int(d["max_hops"]), int(d["curriculum_start"]), float(d["curriculum_frac"])
+        self.threshold = float(d.get("curriculum_threshold", 0.0))
+
+    def tokenizer(self):
+        from recdiff.tokenizer import build_byte_tokenizer
+
+        return build_byte_tokenizer()
+
+    def k_max(self, progress: float) -> int:
+        if self.frac <= 0:
+            return self.max_hops
+        share = min(progress / self.frac, 1.0)
+        return max(1, min(self.max_hops, round(self.start + share * (self.max_hops - self.start))))
+
+    def stream(self, worker: int = 0):
+        rng = random.Random(f"hops/train/{self.cfg['data_seed']}/{worker}")
+
+        def draw(progress: float, level: int) -> hops.HopsProblem:
+            k_max = level if self.threshold > 0 else self.k_max(progress)
+            while True:  # the train split: everything the test split does not hold
+                p = hops.make_problem(rng, k_max)
+                if not hops.is_test_question(p.question):
+                    return p
+
+        return draw
+
+    def eval_problems(self, n: int) -> list:
+        return hops.generate_split("test", n, seed=hops.DEFAULT_SEED, max_hops=self.max_hops)
+
+    @staticmethod
+    def difficulty(problem: Any) -> int:
+        return problem.hops
+
+
+TASKS = {"arith": ArithTask, "hops": HopsTask}
+
+
+class Batches(torch.utils.data.IterableDataset):
+    """Endless (ids, mask) batches; the run's progress and curriculum level are read from shared values so that
+    background loader processes follow the schedule."""
+
+    def __init__(self, task: Any, enc: Encoder, batch_size: int, progress: Any, level: Any) -> None:
+        self.task, self.enc, self.batch_size, self.progress, self.level = task, enc, batch_size, progress, level
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        draw = self.task.stream(0 if info is None else info.id + 1)
+        while True:
+            yield self.enc.batch([draw(self.progress.value, self.level.value) for _ in range(self.batch_size)])
+
+
 def completion_loss(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean CE of predicting ids[:, t] from position t-1, over completion tokens."""
     lg = logits[:, :-1].reshape(-1, logits.shape[-1])
@@ -184,25 +284,35 @@ def completion_loss(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor)
 
 
 @torch.no_grad()
-def teacher_forced_accuracy(model, enc: Encoder, problems, r: int, seed: int = 0, batch_size: int = 64) -> dict:
+def teacher_forced_accuracy(model, enc: Encoder, problems, r: int, seed: int = 0, batch_size: int = 64,
+                            difficulty: Any = None) -> dict:
     """Exact-match of the whole completion under teacher forcing at r recurrences (greedy decode reproduces the
-    reference solution iff every argmax matches) and the mean per-token accuracy."""
+    reference solution iff every argmax matches), the mean per-token accuracy and, with ``difficulty`` (problem →
+    int), exact match per difficulty."""
     model.eval()
-    exact, tok_ok, tok_n, loss_sum = 0, 0, 0, 0.0
-    gen = torch.Generator().manual_seed(seed)
+    dev = model.freqs_cis.device
+    exact: list[bool] = []
+    tok_ok, tok_n, loss_sum = 0, 0, 0.0
+    gen = torch.Generator(device=dev).manual_seed(seed)
     for i in range(0, len(problems), batch_size):
         ids, mask = enc.batch(problems[i : i + batch_size])
-        ids, mask = ids.to(model.freqs_cis.device), mask.to(model.freqs_cis.device)
+        ids, mask = ids.to(dev), mask.to(dev)
         logits, _ = model.forward(ids, r=r, init_scale=1.0, generator=gen)
         pred = logits[:, :-1].argmax(-1)
         m = mask[:, 1:]
         ok = (pred == ids[:, 1:]) | ~m
-        exact += int(ok.all(dim=1).sum())
+        exact += ok.all(dim=1).tolist()
         tok_ok += int(((pred == ids[:, 1:]) & m).sum())
         tok_n += int(m.sum())
         loss_sum += float(completion_loss(logits, ids, mask)) * len(problems[i : i + batch_size])
     model.train()
-    return {"exact": exact / len(problems), "token_acc": tok_ok / tok_n, "loss": loss_sum / len(problems)}
+    out = {"exact": sum(exact) / len(problems), "token_acc": tok_ok / tok_n, "loss": loss_sum / len(problems)}
+    if difficulty is not None:
+        by: dict[int, list[bool]] = {}
+        for p, e in zip(problems, exact):
+            by.setdefault(difficulty(p), []).append(e)
+        out["by_difficulty"] = {k: sum(v) / len(v) for k, v in sorted(by.items())}
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ checkpoint
@@ -270,9 +380,26 @@ def build_model(cfg: dict, vocab_size: int) -> RecurrentDepthModel:
     return model
 
 
+def _eval_line(res: dict) -> str:
+    parts = []
+    for r, v in res.items():
+        by = v.get("by_difficulty")
+        groups = ""
+        if by:  # a few difficulty bands, so the log shows where depth pays
+            keys = sorted(by)
+            bands = [keys[i : i + max(1, len(keys) // 4)] for i in range(0, len(keys), max(1, len(keys) // 4))]
+            groups = " [" + " ".join(f"{b[0]}-{b[-1]}:{sum(by[k] for k in b) / len(b):.2f}" for b in bands) + "]"
+        parts.append(f"r={r}: exact {v['exact']:.3f} tok {v['token_acc']:.3f} loss {v['loss']:.3f}{groups}")
+    return "eval " + " | ".join(parts)
+
+
 def run_training(overrides: dict | None = None, log=print) -> dict:
     cfg = _merge(DEFAULTS, overrides or {})
     tc = cfg["train"]
+    task_name = str(cfg["data"].get("task", "arith"))
+    if task_name not in TASKS:
+        raise ValueError(f"data.task={task_name!r}: choose one of {', '.join(TASKS)}")
+    task = TASKS[task_name](cfg)
     threads = ThreadTuner(cfg["threads"])
     torch.manual_seed(int(cfg["seed"]))
     out_dir = Path(cfg["out_dir"])
@@ -286,17 +413,21 @@ def run_training(overrides: dict | None = None, log=print) -> dict:
         c = model.config
         cfg["model"] = {**cfg["model"], "mean_recurrence": c.mean_recurrence, "mean_backprop_depth": c.mean_backprop_depth}
     else:
-        tok = build_tokenizer_for(cfg)
+        tok = task.tokenizer()
         model = build_model(cfg, tok.get_vocab_size())
-    enc = Encoder(tok)
+    enc = Encoder(tok, task.fmt)
     dev = str(cfg.get("device", "cpu"))
     if dev == "auto":
         dev = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(dev)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     model.to(device)
     model.freqs_cis = model.freqs_cis.to(device)
     model.train()
-    log(f"model: {model.num_parameters():,} parameters, vocab {tok.get_vocab_size()}, config {cfg['model']}")
+    log(f"model: {model.num_parameters():,} parameters, vocab {tok.get_vocab_size()}, task {task_name}, "
+        f"device {device}, config {cfg['model']}")
 
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "wte" not in n]
     no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "wte" not in n)]
@@ -305,11 +436,18 @@ def run_training(overrides: dict | None = None, log=print) -> dict:
         lr=float(tc["lr"]), betas=(float(tc["beta1"]), float(tc["beta2"])),
     )
     gen = torch.Generator().manual_seed(int(cfg["seed"]) + 1)
-    spl = int(cfg["data"]["steps_per_line"])
-    curriculum = Curriculum(spl, int(cfg["data"]["curriculum_start"]), float(cfg["data"]["curriculum_frac"]),
-                            int(cfg["data_seed"]))
-    stream = arith.iter_split("train", int(cfg["data_seed"]), spl)
-    eval_problems = arith.generate_split("test", int(tc["eval_n"]), seed=arith.DEFAULT_SEED, steps_per_line=spl)
+    import multiprocessing as mp
+
+    progress_value = mp.get_context("fork").Value("d", 0.0, lock=False)
+    level = mp.get_context("fork").Value("i", int(cfg["data"]["curriculum_start"]), lock=False)
+    adaptive = isinstance(task, HopsTask) and task.threshold > 0
+    batch_ema = 0.0  # running exact match of the training batches (adaptive curriculum)
+    workers = int(tc.get("loader_workers", 0))
+    batches = iter(torch.utils.data.DataLoader(
+        Batches(task, enc, int(tc["batch_size"]), progress_value, level), batch_size=None, num_workers=workers,
+        pin_memory=device.type == "cuda", prefetch_factor=8 if workers else None,
+        multiprocessing_context="fork" if workers else None))
+    eval_problems = task.eval_problems(int(tc["eval_n"]))
 
     t0 = time.time()
     last_ckpt = t0
@@ -325,13 +463,14 @@ def run_training(overrides: dict | None = None, log=print) -> dict:
         progress = max(step / max_steps, elapsed / budget if budget > 0 else 0.0)
         if progress >= 1.0:
             break
+        progress_value.value = progress
         f = lr_factor(progress, step, int(tc["warmup_steps"]), float(tc["cooldown_frac"]), float(tc["min_lr_frac"]))
         for g in opt.param_groups:
             g["lr"] = float(tc["lr"]) * f
         threads.before(step)
         t_step = time.perf_counter()
-        ids, mask = enc.batch([curriculum(next(stream), progress) for _ in range(int(tc["batch_size"]))])
-        ids, mask = ids.to(device), mask.to(device)
+        ids, mask = next(batches)
+        ids, mask = ids.to(device, non_blocking=True), mask.to(device, non_blocking=True)
         r_ng, r_g = sample_recurrence(mean_r, k, gen, float(tc["lognormal_sigma"]))
         logits = model.forward_train(ids, r_ng, r_g, init_scale=float(tc["init_scale"]))
         loss = completion_loss(logits, ids, mask)
@@ -341,19 +480,31 @@ def run_training(overrides: dict | None = None, log=print) -> dict:
         opt.step()
         threads.after(step, time.perf_counter() - t_step)
         step += 1
+        if adaptive:  # teacher-forced exact match of this batch; the next level once the current one is learned
+            with torch.no_grad():
+                exact = float((((logits[:, :-1].argmax(-1) == ids[:, 1:]) | ~mask[:, 1:]).all(dim=1)).float().mean())
+            batch_ema = 0.95 * batch_ema + 0.05 * exact
+            if batch_ema >= task.threshold and level.value < task.max_hops:
+                level.value += 1
+                batch_ema = 0.0
+                log(f"step {step}: curriculum level K<={level.value}")
         lv = loss.item()
         ema = lv if ema is None else 0.98 * ema + 0.02 * lv
         history.append({"step": step, "loss": lv, "r": r_ng + r_g})
         state = {"step": step, "elapsed_s": round(time.time() - t0, 1), "loss_ema": ema, "lr": opt.param_groups[0]["lr"],
-                 "seed": cfg["seed"], "data_seed": cfg["data_seed"], "config": cfg}
+                 "seed": cfg["seed"], "data_seed": cfg["data_seed"], "curriculum_level": level.value, "config": cfg}
         if step % int(tc["log_every"]) == 0:
+            extra = ""
+            if isinstance(task, HopsTask):
+                extra = f" K<={level.value if adaptive else task.k_max(progress)}" + (f" batch exact {batch_ema:.2f}" if adaptive else "")
             log(f"step {step} t={time.time() - t0:.0f}s loss {lv:.4f} ema {ema:.4f} r={r_ng + r_g} "
                 f"lr {opt.param_groups[0]['lr']:.2e} gnorm {float(gn):.2f} {step / (time.time() - t0):.2f} it/s "
-                f"threads {torch.get_num_threads()}")
+                f"threads {torch.get_num_threads()}{extra}")
         now = time.time()
         if float(tc["eval_every_s"]) > 0 and now - last_eval >= float(tc["eval_every_s"]):
-            res = {r: teacher_forced_accuracy(model, enc, eval_problems, r) for r in tc["eval_r"]}
-            log("eval " + " ".join(f"r={r}: exact {v['exact']:.3f} tok {v['token_acc']:.3f} loss {v['loss']:.3f}" for r, v in res.items()))
+            res = {r: teacher_forced_accuracy(model, enc, eval_problems, r, difficulty=task.difficulty)
+                   for r in tc["eval_r"]}
+            log(_eval_line(res))
             last_eval = time.time()
         if float(tc["checkpoint_every_s"]) > 0 and now - last_ckpt >= float(tc["checkpoint_every_s"]):
             save_checkpoint(model, tok, out_dir / "latest", extra=state)
@@ -362,6 +513,9 @@ def run_training(overrides: dict | None = None, log=print) -> dict:
     save_checkpoint(model, tok, out_dir / "final", extra=state)
     save_checkpoint(model, tok, out_dir / "latest", extra=state)
     log(f"done: {step} steps in {time.time() - t0:.0f}s -> {out_dir / 'final'}")
+    if float(tc["eval_every_s"]) > 0:
+        res = {r: teacher_forced_accuracy(model, enc, eval_problems, r, difficulty=task.difficulty) for r in tc["eval_r"]}
+        log("final " + _eval_line(res))
     return {"history": history, "steps": step, "model": model, "tokenizer": tok, "encoder": enc, "config": cfg}
 
 

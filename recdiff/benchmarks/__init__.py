@@ -49,6 +49,7 @@ _LAZY: dict[str, str] = {
     "humaneval": "recdiff.benchmarks.humaneval:HumanEval",
     "mbpp": "recdiff.benchmarks.mbpp:MBPP",
     "arith": "recdiff.benchmarks.arith:ArithBenchmark",
+    "hops": "recdiff.benchmarks.hops:HopsBenchmark",
 }
 
 
