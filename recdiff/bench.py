@@ -1,26 +1,36 @@
 """Throughput benchmark of every sampler, measured side by side in one run (a script, not a test).
 
     python -m recdiff.bench                          # fixture model + a larger random-weight config, CPU
-    python -m recdiff.bench --models embedded        # the shipped trained model
-    python -m recdiff.bench --models huginn --device cuda --dtype bfloat16   # Huginn-0125 shapes, random weights
+    python -m recdiff.bench --models embedded        # the shipped trained model (benchmark prompts)
+    python -m recdiff.bench --models huginn --device cuda --samplers "static r=32,diffusion fixed r'=4"
 
-For each model: median tokens/s over several prompts (generated tokens only, warm-up excluded, device-synchronised
-timers), core passes per token, the ratio of the diffusion sampler at the paper's defaults to static AR at r=32 next
-to the ideal (r+1)/(r'+1), and the KV-cache memory of both cache policies at the same length.
+For each model and sampler, three ways of running, side by side in one process:
+
+- ``batch-1 eager``: one prompt at a time, plain PyTorch (median over prompts of generated tokens/s, the paper's
+  speed metric);
+- ``batch-1 compiled``: one prompt at a time, compiled steps (CPU: torch.compile; CUDA: CUDA graphs);
+- ``batch-B compiled``: all prompts through ``generate`` with ``batch_size=B`` (continuous batching): generated
+  tokens per wall-clock second, a throughput, not a per-sample speed.
+
+Warm-up (compilation, graph capture, allocations) is excluded; timers synchronise the device. Also printed: core
+passes per token, the diffusion/static-AR (r=32) ratio in each mode next to the ideal (r+1)/(r'+1), and the
+KV-cache memory of both cache policies at the same length.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from recdiff import generate, load_model
-from recdiff.cache import KVCache
+from recdiff.cache import SlotKV
 from recdiff.config import RecurrentConfig
+from recdiff.engine.runner import set_compile
 from recdiff.model import RecurrentDepthModel
 from recdiff.timing import Timer
 
@@ -43,6 +53,7 @@ SAMPLERS: list[tuple[str, str, dict[str, Any]]] = [
     ("diffusion defaults", "diffusion", {"r": 32, "r_inner": 4, "epsilon": 0.03, "beta": 0.0, "eta": 0.1, "wavefront": 128}),
     ("diffusion fixed r'=4", "diffusion", {"r": 32, "r_inner": 4, "freeze": "fixed", "eta": 0.1, "wavefront": 128}),
 ]
+MODES = ("batch-1 eager", "batch-1 compiled", "batch-B compiled")
 
 
 def build(name: str, device: str, dtype: str | None) -> RecurrentDepthModel:
@@ -57,20 +68,47 @@ def build(name: str, device: str, dtype: str | None) -> RecurrentDepthModel:
     return load_model(path, device=device, dtype=dtype)
 
 
-def run(model: RecurrentDepthModel, prompts: list[list[int]], sampler: str, params: dict, max_new: int, warmup: int) -> dict:
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run(model: RecurrentDepthModel, prompts: list[list[int]], sampler: str, params: dict, max_new: int, mode: str,
+        batch: int, warmup: int) -> dict:
     device = model.device
+    set_compile(model, mode != "batch-1 eager")
+    kw = dict(max_new_tokens=max_new, stop_token_ids=[], **params)
+    if mode == "batch-B compiled":
+        generate(model, prompts[:batch], sampler, batch_size=batch, **kw)  # the same shapes: captures, allocations
+        _sync(device)
+        t0 = time.perf_counter()
+        res = generate(model, prompts, sampler, batch_size=batch, **kw)
+        _sync(device)
+        wall = time.perf_counter() - t0
+        n = sum(len(r.tokens) for r in res)
+        return {"tok_s": n / wall, "passes": sum(r.stats["core_passes"] for r in res) / n,
+                "capped": sum(bool(r.stats.get("max_steps_reached")) for r in res)}
     for p in prompts[:warmup]:
-        generate(model, p, sampler, max_new_tokens=max_new, stop_token_ids=[], **params)
-    rates, passes, tokens, capped = [], [], [], 0
+        generate(model, p, sampler, **kw)
+    rates, passes, capped = [], [], 0
     for p in prompts:
         with Timer(device) as t:
-            res = generate(model, p, sampler, max_new_tokens=max_new, stop_token_ids=[], **params)
+            res = generate(model, p, sampler, **kw)
         n = len(res.tokens)
         rates.append(n / t.seconds)
         passes.append(res.stats["core_passes"] / n)
-        tokens.append(n)
         capped += bool(res.stats.get("max_steps_reached"))
-    return {"tok_s": statistics.median(rates), "passes": statistics.mean(passes), "tokens": statistics.mean(tokens), "capped": capped}
+    return {"tok_s": statistics.median(rates), "passes": statistics.mean(passes), "capped": capped}
+
+
+def bench_prompts(model: RecurrentDepthModel, n: int, length: int) -> list[list[int]]:
+    if model.tokenizer is not None:  # a trained model: real benchmark prompts, so samplers behave as in sweeps
+        from recdiff.benchmarks import get_benchmark
+
+        bench = get_benchmark("arith", limit=n)
+        return [model.tokenizer(bench.render(p, model.tokenizer))["input_ids"] for p in bench.problems()]
+    g = torch.Generator().manual_seed(0)  # random weights: random prompts
+    return [torch.randint(0, model.config.vocab_size, (length,), generator=g).tolist() for _ in range(n)]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -78,42 +116,53 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--models", default="fixture,random-small", help="comma list: fixture, embedded, random-small, huginn, or a folder")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default=None, choices=[None, "float32", "bfloat16"])
-    ap.add_argument("--prompts", type=int, default=5)
+    ap.add_argument("--prompts", type=int, default=5, help="prompts timed one at a time (batch-1 modes)")
+    ap.add_argument("--batch", type=int, default=32, help="B of the batch-B mode, which runs 2·B prompts")
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1, help="CPU threads (tiny models run fastest on one)")
     ap.add_argument("--samplers", default=None, help="comma list of row labels to run (default: all)")
+    ap.add_argument("--modes", default=",".join(MODES), help="comma list of: " + ", ".join(MODES))
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     rows = [s for s in SAMPLERS if args.samplers is None or s[0] in args.samplers.split(",")]
+    modes = [m for m in MODES if m in args.modes.split(",")]
     for name in args.models.split(","):
         model = build(name, args.device, args.dtype)
-        if model.tokenizer is not None:  # a trained model: real benchmark prompts, so samplers behave as in sweeps
-            from recdiff.benchmarks import get_benchmark
-
-            bench = get_benchmark("arith", limit=args.prompts)
-            prompts = [model.tokenizer(bench.render(p, model.tokenizer))["input_ids"] for p in bench.problems()]
-        else:  # random weights: random prompts
-            g = torch.Generator().manual_seed(0)
-            prompts = [torch.randint(0, model.config.vocab_size, (args.prompt_len,), generator=g).tolist()
-                       for _ in range(args.prompts)]
-        print(f"\n## {name}: {model.num_parameters() / 1e6:.2f}M parameters, {args.device}, "
-              f"{next(model.parameters()).dtype}, {args.prompts} prompts × {args.max_new_tokens} new tokens")
-        print(f"{'sampler':24s} {'tokens/s':>10s} {'core passes/token':>18s} {'tokens':>7s} {'step cap hit':>12s}")
-        results = {}
+        prompts = bench_prompts(model, args.prompts, args.prompt_len)
+        many = bench_prompts(model, 2 * args.batch, args.prompt_len) if "batch-B compiled" in modes else prompts
+        dev = torch.device(args.device)
+        where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU, {args.threads} thread(s)"
+        print(f"\n## {name}: {model.num_parameters() / 1e6:.2f}M parameters, {where}, {next(model.parameters()).dtype}, "
+              f"{args.max_new_tokens} new tokens; batch-1: median of {len(prompts)} prompts; batch-B: B={args.batch}, "
+              f"{len(many)} prompts")
+        head = f"{'sampler':24s}" + "".join(f" {m + ' t/s':>22s}" for m in modes) + f" {'passes/token':>13s} {'capped':>7s}"
+        print(head)
+        results: dict[str, dict[str, dict]] = {}
         for label, sampler, params in rows:
-            r = results[label] = run(model, prompts, sampler, params, args.max_new_tokens, args.warmup)
-            print(f"{label:24s} {r['tok_s']:10.1f} {r['passes']:18.2f} {r['tokens']:7.1f} {r['capped']:12d}")
+            res = results[label] = {}
+            for mode in modes:
+                res[mode] = run(model, many if mode == "batch-B compiled" else prompts, sampler, params,
+                                args.max_new_tokens, mode, args.batch, args.warmup)
+            first = res[modes[0]]
+            print(f"{label:24s}" + "".join(f" {res[m]['tok_s']:22.1f}" for m in modes)
+                  + f" {first['passes']:13.2f} {first['capped']:7d}", flush=True)
         if "static r=32" in results:
-            base = results["static r=32"]["tok_s"]
             for label in ("diffusion defaults", "diffusion fixed r'=4"):
                 if label in results:
-                    print(f"ratio {label} / static r=32: {results[label]['tok_s'] / base:.2f}x "
-                          f"(ideal (r+1)/(r'+1) = {33 / 5:.2f}x)")
+                    ratios = "  ".join(f"{m}: {results[label][m]['tok_s'] / results['static r=32'][m]['tok_s']:.2f}x"
+                                       for m in modes)
+                    print(f"ratio {label} / static r=32 — {ratios} (ideal (r+1)/(r'+1) = {33 / 5:.2f}x)")
+            if len(modes) > 1:
+                for label in ("static r=32", "diffusion defaults", "diffusion fixed r'=4"):
+                    if label in results:
+                        base = results[label][modes[0]]["tok_s"]
+                        print(f"speed-up over {modes[0]}, {label}: " + "  ".join(
+                            f"{m}: {results[label][m]['tok_s'] / base:.2f}x" for m in modes[1:]))
         length = max(len(p) for p in prompts) + args.max_new_tokens
-        kv = {pol: KVCache(model.config, length, pol, max_steps=32, device="meta", dtype=next(model.parameters()).dtype).nbytes()
-              for pol in ("shared", "per_step")}
+        kv = {pol: SlotKV(model.config, 1, length, pol, max_steps=32, device="meta",
+                          dtype=next(model.parameters()).dtype).nbytes() for pol in ("shared", "per_step")}
         print(f"KV cache at {length} positions, r=32: shared {kv['shared'] / 2**20:.2f} MiB, "
               f"per_step {kv['per_step'] / 2**20:.2f} MiB ({kv['per_step'] / kv['shared']:.1f}x)")
 

@@ -1,26 +1,28 @@
-"""Preallocated KV cache owned by the model.
+"""Preallocated KV cache for a batch of sequences ("slots"), owned by the engine.
 
-One buffer ``[slots, B, H_kv, S_max, head_dim]`` for keys and one for values. A *slot* is one attention layer
-instance: every prelude and coda layer has one; the core block has one per layer (``shared``: each new
-recurrence overwrites it, so a position keeps the K/V of its most recent recurrence — the paper's KV-cache
-sharing) or one per layer and recurrence step (``per_step``: memory grows with r).
+One key and one value buffer ``[slots, positions, H_kv, head_dim]`` per *layer slot*: one attention
+layer instance: every prelude and coda layer has one; the core block has one per layer (``shared``: each new
+recurrence overwrites it, so a position keeps the K/V of its most recent recurrence — the paper's KV-cache sharing)
+or one per layer and recurrence step (``per_step``: memory grows with r).
 
-Positions are written in place by index. ``length`` is the number of committed positions: rolling back
-(speculative decoding) or freezing (the diffusion sampler's wavefront) only moves this pointer; stale entries
-beyond it are never read and are overwritten later.
+Every sequence owns one row and writes its positions in place by index. Attention masks by absolute position
+(a query at p sees keys 0 … p of its own row), so rolling back (speculative decoding) or freezing (the diffusion
+sampler's wavefront) only moves the sampler's pointers; stale entries beyond them are never read and are
+overwritten later. Shapes never change during a run, which is what compiled steps and CUDA graphs need.
 
-``per_step`` and adaptive compute: a position that exited at step k has no entry for deeper steps. Attention at
-a deeper step then leaves that position out (it is masked), exactly as the authors' reference "full" cache does.
+``per_step`` and adaptive compute: a position that exited at step k has no entry for deeper steps. Attention at a
+deeper step then leaves that position out (it is masked), exactly as the authors' reference "full" cache does.
 The ``shared`` policy has no such gap (the position contributes its last recurrence) and is the one to use with
 adaptive compute and the diffusion sampler.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
 import torch
+from torch import Tensor
 
 from recdiff.config import RecurrentConfig
 from recdiff.errors import RecdiffError
@@ -29,43 +31,50 @@ CachePolicy = Literal["shared", "per_step"]
 POLICIES = ("shared", "per_step")
 
 
-class KVCache:
+@dataclass
+class Call:
+    """Where one model call sits in the cache: ``B`` rows × ``T`` positions each.
+
+    ``rows`` maps call rows to cache rows (None: call row b is cache row b, every row); ``pos`` holds absolute
+    positions; ``write`` (None: all) says which rows store their K/V (adaptive exits keep a finished row's
+    entries); ``freqs`` and ``mask`` are computed once per call by :func:`make_call`."""
+
+    rows: Tensor | None  # (B,) long
+    b_idx: Tensor  # (B, T) long: cache row of every position
+    pos: Tensor  # (B, T) long
+    freqs: Tensor  # (B, T, 1, head_dim/2, 2)
+    mask: Tensor  # (B, 1, T, S) bool: keys each query may see
+    write: Tensor | None = None  # (B,) bool
+
+
+class SlotKV:
     def __init__(
         self,
         config: RecurrentConfig,
-        max_len: int,
+        slots: int,
+        length: int,
         policy: CachePolicy = "shared",
         max_steps: int = 1,
-        batch_size: int = 1,
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
     ) -> None:
         if policy not in POLICIES:
             raise RecdiffError(f"unknown kv_cache {policy!r}; choose one of {', '.join(POLICIES)}")
-        if max_len > config.block_size:
-            raise RecdiffError(
-                f"sequence of {max_len} positions exceeds the model's block_size {config.block_size}; "
-                "shorten the prompt or max_new_tokens"
-            )
-        self.policy = policy
-        self.max_len = max_len
-        self.max_steps = max_steps
+        self.policy, self.slots, self.length, self.max_steps = policy, slots, length, max_steps
         self.n_prelude = config.n_layers_in_prelude
         self.n_core = config.n_layers_in_recurrent_block
         core_slots = self.n_core * (max_steps if policy == "per_step" else 1)
         self.n_slots = self.n_prelude + core_slots + config.n_layers_in_coda
         self._coda0 = self.n_prelude + core_slots
-        shape = (self.n_slots, batch_size, config.num_key_value_heads, max_len, config.head_dim)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)
-        self.v = torch.zeros(shape, device=device, dtype=dtype)
-        self.length = 0
-        # per_step only: core iterations written for each position (host side, to build masks without syncs)
-        self.depth = np.zeros(max_len, dtype=np.int64) if policy == "per_step" else None
+        # separate tensors per layer slot, written in place by (row, position): compiled code then updates only the
+        # entries it writes (a write into a view of one shared buffer would copy the whole buffer back)
+        shape = (slots, length, config.num_key_value_heads, config.head_dim)
+        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(self.n_slots)]
+        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(self.n_slots)]
+        # per_step only: core recurrences written for each position, to mask deeper steps a position never ran
+        self.depth = torch.zeros((slots, length), device=device, dtype=torch.int32) if policy == "per_step" else None
 
-    # slot indices -------------------------------------------------------------------------------------------
-    def prelude_slot(self, layer: int) -> int:
-        return layer
-
+    # layer-slot indices ---------------------------------------------------------------------------------
     def core_slot(self, step: int, layer: int) -> int:
         if self.policy == "shared":
             return self.n_prelude + layer
@@ -76,22 +85,33 @@ class KVCache:
     def coda_slot(self, layer: int) -> int:
         return self._coda0 + layer
 
-    # writes and reads ---------------------------------------------------------------------------------------
-    def write(self, slot: int, start: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store k, v ``(B, H, T, D)`` at positions ``start … start+T-1``; return all K/V up to there."""
-        end = start + k.shape[2]
-        if end > self.max_len:
-            raise RecdiffError(f"KV cache holds {self.max_len} positions, position {end - 1} requested")
-        self.k[slot, :, :, start:end] = k
-        self.v[slot, :, :, start:end] = v
-        return self.k[slot, :, :, :end], self.v[slot, :, :, :end]
-
-    def missing_at_step(self, step: int, start: int) -> np.ndarray | None:
-        """per_step: boolean mask of earlier positions (< start) that have no entry for this step, or None."""
-        if self.depth is None or start == 0:
-            return None
-        missing = self.depth[:start] <= step
-        return missing if missing.any() else None
+    # writes and reads -----------------------------------------------------------------------------------
+    def update(self, slot: int, call: Call, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store k, v ``(B, T, H, D)`` at the call's positions; return the call rows' keys and values
+        ``(B, H, S, D)`` for attention."""
+        kb, vb = self.k[slot], self.v[slot]  # (slots, S, H, D)
+        if call.write is not None:  # rows that exited keep what they wrote last
+            w = call.write[:, None, None, None]
+            k = torch.where(w, k, kb[call.b_idx, call.pos])
+            v = torch.where(w, v, vb[call.b_idx, call.pos])
+        kb.index_put_((call.b_idx, call.pos), k)
+        vb.index_put_((call.b_idx, call.pos), v)
+        if call.rows is not None:
+            kb, vb = kb.index_select(0, call.rows), vb.index_select(0, call.rows)
+        return kb.transpose(1, 2), vb.transpose(1, 2)  # (B, H, S, D)
 
     def nbytes(self) -> int:
-        return self.k.nbytes + self.v.nbytes
+        return sum(t.nbytes for t in self.k + self.v)
+
+    def bytes_per_slot(self) -> int:
+        return self.nbytes() // self.slots
+
+
+def make_call(freqs_cis: Tensor, pos: Tensor, length: int, rows: Tensor | None = None,
+              write: Tensor | None = None) -> Call:
+    """A call at absolute positions ``pos`` ``(B, T)``; keys are the ``length`` positions of each row."""
+    B, T = pos.shape
+    b_idx = (torch.arange(B, device=pos.device) if rows is None else rows)[:, None].expand(B, T)
+    freqs = freqs_cis[0, pos.clamp(max=freqs_cis.shape[1] - 1)]  # (B, T, 1, D/2, 2); rows past the table are padding
+    mask = (torch.arange(length, device=pos.device)[None, None, :] <= pos[:, :, None])[:, None]  # causal
+    return Call(rows=rows, b_idx=b_idx, pos=pos, freqs=freqs, mask=mask, write=write)

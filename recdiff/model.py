@@ -4,18 +4,19 @@
     s_i = R(e, s_{i-1})           adapter([s, e]) then the core blocks, i = 1 … r
     p = C(s_r)                    ln_f, coda blocks, ln_f, tied head
 
-No sampling logic lives here: samplers drive ``embed`` / ``core_step`` / ``decode`` against the model's KV cache
-(``setup_cache``). ``forward`` is the plain no-cache pass used for parity checks and training.
+No sampling logic lives here: the engine (:mod:`recdiff.engine`) drives ``embed`` / ``core_step`` / ``decode`` for a
+batch of sequences against a :class:`~recdiff.cache.SlotKV` cache, describing each call's rows and positions with a
+:class:`~recdiff.cache.Call`. Without a call they run the plain no-cache pass (``forward``), used for parity checks
+and training. Norms, RoPE, softmax and logits are computed in float32 whatever the weights' dtype.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from recdiff.cache import CachePolicy, KVCache
+from recdiff.cache import Call, SlotKV
 from recdiff.config import RecurrentConfig
 
 
@@ -45,6 +46,18 @@ def apply_rope(q: Tensor, k: Tensor, freqs: Tensor) -> tuple[Tensor, Tensor]:
     return torch.split(out.type_as(q), q.shape[2], dim=2)  # type: ignore[return-value]
 
 
+@torch.library.custom_op("recdiff::cached_attention", mutates_args=())
+def cached_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, gqa: bool) -> Tensor:
+    """Attention of ``q`` ``(B, H, T, D)`` over a cache's keys under a boolean mask. An opaque op, so that compiled
+    code calls PyTorch's fused CPU/CUDA kernel instead of inductor's decomposition (slower on a CPU)."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+
+
+@cached_attention.register_fake
+def _(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, gqa: bool) -> Tensor:
+    return torch.empty_like(q)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: RecurrentConfig) -> None:
         super().__init__()
@@ -54,7 +67,7 @@ class Attention(nn.Module):
         self.qk_bias = nn.Parameter(torch.zeros(2, 1, self.n_head, self.hd)) if cfg.qk_bias else None
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
 
-    def forward(self, x: Tensor, freqs: Tensor, mask: Tensor | None, cache: KVCache | None, slot: int, start: int) -> Tensor:
+    def forward(self, x: Tensor, freqs: Tensor, kv: tuple[SlotKV, Call, int] | None) -> Tensor:
         B, T, E = x.shape
         q, k, v = self.Wqkv(x).split(self.chunks, dim=2)
         q = q.view(B, T, self.n_head, self.hd)
@@ -63,11 +76,13 @@ class Attention(nn.Module):
         if self.qk_bias is not None:
             q, k = q + self.qk_bias[0], k + self.qk_bias[1]  # per head, before RoPE
         q, k = apply_rope(q, k, freqs)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
-        if cache is not None:
-            k, v = cache.write(slot, start, k, v)  # (B, H, start+T, D)
-        causal = mask is None and k.shape[2] == T and T > 1
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=self.n_kv != self.n_head)
+        if kv is None:  # no cache: plain causal attention over the call's own positions
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, enable_gqa=self.n_kv != self.n_head)
+        else:
+            cache, call, slot = kv
+            keys, values = cache.update(slot, call, k, v)  # (B, H, S, D)
+            y = cached_attention(q.transpose(1, 2), keys, values, call.mask, self.n_kv != self.n_head)
         return self.proj(y.transpose(1, 2).reshape(B, T, E))
 
 
@@ -92,8 +107,8 @@ class SandwichBlock(nn.Module):
         self.norm_3 = RMSNorm(cfg.n_embd, cfg.norm_eps)
         self.norm_4 = RMSNorm(cfg.n_embd, cfg.norm_eps)
 
-    def forward(self, x: Tensor, freqs: Tensor, mask: Tensor | None, cache: KVCache | None, slot: int, start: int) -> Tensor:
-        x = self.norm_2(self.attn(self.norm_1(x), freqs, mask, cache, slot, start) + x)
+    def forward(self, x: Tensor, freqs: Tensor, kv: tuple[SlotKV, Call, int] | None) -> Tensor:
+        x = self.norm_2(self.attn(self.norm_1(x), freqs, kv) + x)
         return self.norm_4(self.mlp(self.norm_3(x)) + x)
 
 
@@ -116,16 +131,14 @@ class RecurrentDepthModel(nn.Module):
         if c.tie_embeddings:
             self.lm_head.weight = self.transformer.wte.weight
         self.register_buffer("freqs_cis", rope_table(c.head_dim, c.block_size, c.rope_base), persistent=False)
-        self.cache: KVCache | None = None
         self.tokenizer = None  # set by recdiff.load_model when the checkpoint folder has one
-        self._mask_key: tuple[int, int] | None = None
-        self._mask: Tensor | None = None
+        self.engine_options: dict = {}  # set by recdiff.load_model(compile=...): how the engine runs this model
 
     # ---------------------------------------------------------------------------------------------- weights
     @torch.no_grad()
     def init_weights(self, seed: int = 0) -> None:
         """Huginn's "takase" init: truncated normals, scaled-down output projections, unit norms."""
-        g = torch.Generator().manual_seed(seed)
+        g = torch.Generator(device=self.freqs_cis.device).manual_seed(seed)
         iv = self.config.init_values
         std, out = float(iv["std"]), float(iv["out_proj"])
 
@@ -157,92 +170,71 @@ class RecurrentDepthModel(nn.Module):
         torch.nn.init.trunc_normal_(x, std=std, a=-3 * std, b=3 * std, generator=generator)
         return (x * self.config.embed_scale).to(like.dtype)
 
-    # ---------------------------------------------------------------------------------------------- cache
-    def setup_cache(self, max_len: int, policy: CachePolicy = "shared", max_steps: int = 1) -> KVCache:
-        p = next(self.parameters())
-        self.cache = KVCache(self.config, max_len, policy, max_steps, device=p.device, dtype=p.dtype)
-        self._mask_key = None
-        return self.cache
-
-    def _attn_mask(self, start: int, T: int, missing: np.ndarray | None = None) -> Tensor | None:
-        """Causal mask for queries at start … start+T-1 over keys 0 … start+T-1 (None where SDPA needs none)."""
-        if missing is None:
-            if start == 0 or T == 1:
-                return None  # plain causal (start == 0) or a single query that may see everything
-            if self._mask_key != (start, T):
-                q = torch.arange(start, start + T, device=self.freqs_cis.device)[:, None]
-                self._mask = torch.arange(start + T, device=self.freqs_cis.device)[None, :] <= q
-                self._mask_key = (start, T)
-            return self._mask
-        q = torch.arange(start, start + T)[:, None]
-        allowed = torch.arange(start + T)[None, :] <= q
-        allowed[:, :start] &= torch.from_numpy(~missing)[None, :]
-        return allowed.to(self.freqs_cis.device)
-
-    def _freqs(self, start: int, T: int) -> Tensor:
-        return self.freqs_cis[:, start : start + T]
-
     # ---------------------------------------------------------------------------------------------- P, R, C
-    def embed(self, ids: Tensor, start: int = 0, use_cache: bool = True) -> Tensor:
-        """P: token ids ``(B, T)`` at positions start … start+T-1 → prelude output ``(B, T, E)``."""
-        cache = self.cache if use_cache else None
-        T = ids.shape[1]
-        if cache is not None and cache.depth is not None:
-            cache.depth[start : start + T] = 0  # these positions are (re)written from scratch
-        freqs, mask = self._freqs(start, T), self._attn_mask(start, T) if cache is not None else None
+    def _freqs(self, T: int, call: Call | None) -> Tensor:
+        return self.freqs_cis[:, :T] if call is None else call.freqs
+
+    def embed(self, ids: Tensor, call: Call | None = None, cache: SlotKV | None = None) -> Tensor:
+        """P: token ids ``(B, T)`` → prelude output ``(B, T, E)``; with a call, its K/V go into ``cache``."""
+        if call is not None and cache is not None and cache.depth is not None:
+            cache.depth.index_put_((call.b_idx, call.pos), torch.zeros_like(call.pos, dtype=torch.int32))
+        freqs = self._freqs(ids.shape[1], call)
         x = self.transformer.wte(ids) * self.config.embed_scale
         for i, block in enumerate(self.transformer.prelude):
-            x = block(x, freqs, mask, cache, i, start)
+            x = block(x, freqs, None if call is None else (cache, call, i))
         return x
 
-    def core_step(self, state: Tensor, embeds: Tensor, start: int = 0, step: int = 0, use_cache: bool = True) -> Tensor:
-        """R: one recurrence (adapter on [state, embeds], then the core blocks) for positions start … start+T-1.
+    def core_step(self, state: Tensor, embeds: Tensor, call: Call | None = None, cache: SlotKV | None = None,
+                  step: int = 0) -> Tensor:
+        """R: one recurrence (adapter on [state, embeds], then the core blocks) for the call's positions.
 
-        ``step`` (0-based recurrence index of these positions) selects the cache slots under ``per_step``.
-        """
-        cache = self.cache if use_cache else None
-        T = state.shape[1]
-        freqs = self._freqs(start, T)
-        mask = None
-        if cache is not None:
-            mask = self._attn_mask(start, T, cache.missing_at_step(step, start))
+        ``step`` (0-based recurrence index of these positions) selects the cache slots under ``per_step``, where a
+        key position that ran fewer than ``step + 1`` recurrences is left out (it has no entry for this step)."""
+        freqs = self._freqs(state.shape[1], call)
+        if call is not None and cache.depth is not None:
+            first = call.pos[:, :1]  # keys before the call's first position that exited earlier are missing
+            depth = cache.depth if call.rows is None else cache.depth.index_select(0, call.rows)
+            S = depth.shape[1]
+            early = torch.arange(S, device=depth.device)[None, :] < first
+            missing = early & (depth <= step)
+            call = Call(call.rows, call.b_idx, call.pos, call.freqs, call.mask & ~missing[:, None, None, :], call.write)
         x = self.transformer.adapter(torch.cat([state, embeds], dim=-1))
         for i, block in enumerate(self.transformer.core_block):
-            slot = cache.core_slot(step, i) if cache is not None else 0
-            x = block(x, freqs, mask, cache, slot, start)
-        if cache is not None and cache.depth is not None:
-            cache.depth[start : start + T] = step + 1
+            x = block(x, freqs, None if call is None else (cache, call, cache.core_slot(step, i)))
+        if call is not None and cache.depth is not None:
+            new = torch.full_like(call.pos, step + 1, dtype=torch.int32)
+            if call.write is not None:
+                new = torch.where(call.write[:, None], new, cache.depth[call.b_idx, call.pos])
+            cache.depth.index_put_((call.b_idx, call.pos), new)
         return x
 
-    def decode(self, state: Tensor, start: int = 0, use_cache: bool = True) -> Tensor:
+    def decode(self, state: Tensor, call: Call | None = None, cache: SlotKV | None = None) -> Tensor:
         """C: raw states → float32 logits ``(B, T, V)``."""
-        cache = self.cache if use_cache else None
-        T = state.shape[1]
-        freqs, mask = self._freqs(start, T), self._attn_mask(start, T) if cache is not None else None
+        freqs = self._freqs(state.shape[1], call)
         x = self.transformer.ln_f(state)
         for i, block in enumerate(self.transformer.coda):
-            x = block(x, freqs, mask, cache, cache.coda_slot(i) if cache is not None else 0, start)
+            x = block(x, freqs, None if call is None else (cache, call, cache.coda_slot(i)))
         return self.lm_head(self.transformer.ln_f(x)).float()
 
     # ---------------------------------------------------------------------------------------------- full passes
     def forward(self, ids: Tensor, r: int, init_scale: float = 0.0, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
         """No-cache forward at r recurrences → (logits, ln_f(final state)), as the reference's ``forward``."""
-        e = self.embed(ids, use_cache=False)
+        e = self.embed(ids)
         s = self.initial_state(e, init_scale, generator)
         for i in range(r):
-            s = self.core_step(s, e, step=i, use_cache=False)
-        return self.decode(s, use_cache=False), self.transformer.ln_f(s)
+            s = self.core_step(s, e, step=i)
+        return self.decode(s), self.transformer.ln_f(s)
 
     def forward_train(self, ids: Tensor, r_no_grad: int, r_grad: int, init_scale: float = 1.0) -> Tensor:
         """Training pass with truncated backpropagation: gradients flow through the last ``r_grad`` recurrences."""
-        e = self.embed(ids, use_cache=False)
+        e = self.embed(ids)
         s = self.initial_state(e, init_scale)
         with torch.no_grad():
             for i in range(r_no_grad):
-                s = self.core_step(s, e, step=i, use_cache=False)
+                s = self.core_step(s, e, step=i)
         for i in range(r_grad):
-            s = self.core_step(s, e, step=r_no_grad + i, use_cache=False)
-        return self.decode(s, use_cache=False)
+            s = self.core_step(s, e, step=r_no_grad + i)
+        return self.decode(s)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -253,7 +245,8 @@ class RecurrentDepthModel(nn.Module):
 
 
 def relative_change(new: Tensor, old: Tensor) -> Tensor:
-    """δ = ‖new − old‖ / ‖new‖ per position (last dim)."""
+    """δ = ‖new − old‖ / ‖new‖ per position (last dim), in float32 whatever the states' dtype."""
+    new, old = new.float(), old.float()
     return (new - old).norm(dim=-1) / new.norm(dim=-1)
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
 from recdiff.errors import RecdiffError
 from recdiff.model import RecurrentDepthModel
-from recdiff.samplers.base import Context, GenerationResult, Selector, StopCondition, default_stop_ids
+from recdiff.engine.scheduler import Request, run_batched
+from recdiff.samplers.base import GenerationResult, Options, Selector, StopCondition, default_stop_ids
 
 SAMPLERS = ("static", "adaptive", "speculative", "diffusion")
 
@@ -19,54 +20,125 @@ def sampler_spec(name: str) -> dict[str, tuple[Any, Any]]:
     return _module(name).SPEC
 
 
+def check_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The sampler's hyperparameters with defaults filled in, or one :class:`RecdiffError` line: unknown names,
+    out-of-range values and invalid combinations (``r_inner > r``, ...). Needs no model: the sweep calls it
+    before anything loads, and ``generate`` applies the same rules."""
+    mod = _module(name)
+    return mod.validate(name, params, mod.SPEC, mod.RULES)
+
+
 def _module(name: str) -> Any:
     if name not in SAMPLERS:
         raise RecdiffError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
     return importlib.import_module(f"recdiff.samplers.{name}")
 
 
+Prompts = Sequence[int] | torch.Tensor | Sequence[Sequence[int]]
+
+
+def default_batch_size(device: torch.device) -> int:
+    """Sequences decoded side by side when ``batch_size`` is not given."""
+    return 32
+
+
 @torch.inference_mode()
 def generate(
     model: RecurrentDepthModel,
-    prompt_ids: Sequence[int] | torch.Tensor,
+    prompts: Prompts,
     sampler: str = "static",
-    max_new_tokens: int = 256,
+    max_new_tokens: int | Sequence[int] = 256,
     seed: int | None = 0,
     temperature: float = 0.0,
     top_p: float = 1.0,
     stop_token_ids: Sequence[int] | None = None,
     stop_strings: Sequence[str] | None = None,
-    trace: bool = False,
+    trace: bool | Sequence[bool] = False,
+    batch_size: int | None = None,
+    progress: Callable[[int], None] | None = None,
     **params: Any,
-) -> GenerationResult:
-    """Generate up to ``max_new_tokens`` new tokens after ``prompt_ids`` (batch size 1).
+) -> GenerationResult | list[GenerationResult]:
+    """Generate up to ``max_new_tokens`` new tokens after each prompt.
 
-    ``params`` are the sampler's hyperparameters, named after the paper (r, r_inner, epsilon, beta, eta, …);
-    unknown names and out-of-range values raise :class:`recdiff.RecdiffError` before any compute.
+    ``prompts`` is one prompt (a list of token ids or a 1-D tensor: one :class:`GenerationResult` comes back) or a
+    list of prompts (a list of results, in order). Up to ``batch_size`` sequences are decoded side by side and a
+    sequence that finishes makes room for the next (continuous batching); each keeps its own positions, stops,
+    random stream (seeded with ``seed``) and statistics, so its result does not depend on the batch it ran in.
+    ``max_new_tokens`` and ``trace`` may be given per prompt. ``params`` are the sampler's hyperparameters, named
+    after the paper (r, r_inner, epsilon, beta, eta, …); unknown names and out-of-range values raise
+    :class:`recdiff.RecdiffError` before any compute.
     """
     module = _module(sampler)
-    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
-        raise RecdiffError(f"max_new_tokens={max_new_tokens!r} must be an integer >= 1")
-    if trace and sampler != "diffusion":
+    single, batch = _as_batch(prompts, model)
+    n = len(batch)
+    limits = _per_prompt(max_new_tokens, n, "max_new_tokens")
+    for i, lim in enumerate(limits):
+        if not isinstance(lim, int) or isinstance(lim, bool) or lim < 1:
+            raise RecdiffError(f"max_new_tokens={lim!r} must be an integer >= 1" + ("" if single else f" (prompt {i})"))
+    traces = _per_prompt(trace, n, "trace")
+    if any(traces) and sampler != "diffusion":
         raise RecdiffError(f"trace=True is only available for the diffusion sampler, not {sampler!r}")
-    ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(1, -1).to(model.device)
-    if ids.shape[1] == 0:
-        raise RecdiffError("the prompt is empty; give at least one token id")
-    vocab = model.config.vocab_size
-    if int(ids.min()) < 0 or int(ids.max()) >= model.config.padded_vocab_size:
-        raise RecdiffError(f"prompt holds token ids outside the vocabulary [0, {vocab})")
-    gen = torch.Generator(device=model.device)
-    gen.manual_seed(0 if seed is None else int(seed))
-    ctx = Context(
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise RecdiffError(f"seed={seed!r} must be an integer (or None)")
+    if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1):
+        raise RecdiffError(f"batch_size={batch_size!r} must be an integer >= 1")
+    opts = Options(
         model=model,
-        prompt=ids,
-        max_new_tokens=max_new_tokens,
-        select=Selector(temperature, top_p, gen),
+        select=Selector(temperature, top_p),
         stop=StopCondition(default_stop_ids(model, stop_token_ids), stop_strings, model.tokenizer),
-        generator=gen,
-        trace=trace,
+        slots=min(n, batch_size or default_batch_size(model.device)),
+        longest=max(len(ids) + lim for ids, lim in zip(batch, limits)),
     )
-    return module.generate(ctx, params)
+    state = module.make_batch(opts, params)  # validates the hyperparameters before any compute
+    for i, (ids, lim) in enumerate(zip(batch, limits)):
+        state.check(i if not single else None, len(ids), lim)
+    requests = []
+    for i, (ids, lim, tr) in enumerate(zip(batch, limits, traces)):
+        gen = torch.Generator(device=model.device)
+        gen.manual_seed(0 if seed is None else seed)
+        requests.append(Request(index=i, prompt=ids, max_new_tokens=lim, generator=gen, data={"trace": bool(tr)}))
+    results = run_batched(state, requests, progress)
+    return results[0] if single else results
 
 
-__all__ = ["generate", "GenerationResult", "SAMPLERS", "sampler_spec"]
+def _per_prompt(value: Any, n: int, name: str) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        if len(value) != n:
+            raise RecdiffError(f"{name} has {len(value)} entries for {n} prompts")
+        return list(value)
+    return [value] * n
+
+
+def _as_batch(prompts: Prompts, model: RecurrentDepthModel) -> tuple[bool, list[list[int]]]:
+    """(is one prompt, the prompts as lists of ints), checked: no empty batch or prompt, ids in the vocabulary."""
+    if isinstance(prompts, torch.Tensor):
+        if prompts.dim() == 2 and prompts.shape[0] == 1:
+            prompts = prompts[0]
+        if prompts.dim() != 1 or prompts.dtype.is_floating_point or prompts.dtype == torch.bool:
+            raise RecdiffError(f"a prompt tensor must be 1-D token ids, got shape {tuple(prompts.shape)} {prompts.dtype}")
+        prompts = prompts.tolist()
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, (list, tuple)):
+        raise RecdiffError(f"prompts must be a list of token ids or a list of such lists, got {type(prompts).__name__}")
+    if len(prompts) == 0:
+        raise RecdiffError("the prompt (or batch) is empty; give at least one token id")
+    kinds = {"list" if isinstance(p, (list, tuple, torch.Tensor)) else "id" for p in prompts}
+    if len(kinds) > 1:
+        raise RecdiffError("prompts mix token ids and lists of token ids; give one prompt or a list of prompts")
+    single = kinds == {"id"}
+    batch = [prompts] if single else [p.tolist() if isinstance(p, torch.Tensor) else p for p in prompts]
+    vocab = model.config.padded_vocab_size
+    for i, p in enumerate(batch):
+        where = "" if single else f" {i}"
+        if isinstance(p, (str, bytes)) or not isinstance(p, (list, tuple)):
+            raise RecdiffError(f"prompt{where} must be a list of token ids, got {type(p).__name__}")
+        if len(p) == 0:
+            raise RecdiffError(f"prompt{where} is empty; give at least one token id")
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in p):
+            bad = next(t for t in p if not isinstance(t, int) or isinstance(t, bool))
+            raise RecdiffError(f"prompt{where} holds {bad!r}; token ids must be integers")
+        if min(p) < 0 or max(p) >= vocab:
+            raise RecdiffError(f"prompt{where} holds token ids outside the vocabulary [0, {model.config.vocab_size})")
+    return single, [list(p) for p in batch]
+
+
+__all__ = ["generate", "GenerationResult", "SAMPLERS", "sampler_spec", "check_params", "default_batch_size"]

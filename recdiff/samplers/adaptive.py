@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from recdiff.samplers.ar import run_ar
-from recdiff.samplers.base import (Context, GenerationResult, boolean, non_negative, one_of, positive, positive_int,
-                                  validate)
+from recdiff.samplers.ar import ARBatch
+from recdiff.samplers.base import Options, boolean, non_negative, one_of, positive, recurrence, validate
 
 SPEC = {
-    "r": (32, positive_int),
+    "r": (32, recurrence),
     "epsilon": (0.03, positive),
     "init_scale": (0.0, non_negative),
     "kv_cache": ("shared", one_of("shared", "per_step")),
@@ -16,8 +15,10 @@ SPEC = {
     "exit_in_prefill": (True, boolean),
 }
 
+RULES: list = []
 
-def generate(ctx: Context, params: dict) -> GenerationResult:
-    p = validate("adaptive", params, SPEC)
-    return run_ar(ctx, r=p["r"], init_scale=p["init_scale"], kv_cache=p["kv_cache"], epsilon=p["epsilon"],
-                  exit_in_prefill=p["exit_in_prefill"])
+
+def make_batch(opts: Options, params: dict) -> ARBatch:
+    p = validate("adaptive", params, SPEC, RULES)
+    return ARBatch(opts, r=p["r"], init_scale=p["init_scale"], kv_cache=p["kv_cache"], epsilon=p["epsilon"],
+                   exit_in_prefill=p["exit_in_prefill"])

@@ -1,56 +1,138 @@
-"""Token-by-token decoding shared by the static and adaptive-compute samplers."""
+"""Token-by-token decoding shared by the static and adaptive-compute samplers, for a batch of slots.
+
+Each sequence is prefilled alone (its prompt at r recurrences, or until the adaptive exit), then every step
+decodes one token for every occupied slot at that slot's own position. Static depth runs the whole step without
+a host synchronisation (on CUDA as one captured graph); adaptive compute reads back "has every row exited?"
+after each recurrence, the decision that is adaptive compute. A row that exited keeps its state and its K/V
+while the others recur.
+"""
 
 from __future__ import annotations
 
 import torch
 
+from recdiff.engine.runner import Runner, cache_length
+from recdiff.engine.scheduler import Request
 from recdiff.model import relative_change
-from recdiff.samplers.base import Context, GenerationResult
+from recdiff.samplers.base import GenerationResult, Options, check_fits
 
 
-def run_ar(ctx: Context, r: int, init_scale: float, kv_cache: str, epsilon: float | None,
-           exit_in_prefill: bool = True) -> GenerationResult:
-    """Prefill the prompt, then one position per forward pass; ``epsilon`` set → adaptive exit per call."""
-    m, L = ctx.model, ctx.prompt.shape[1]
-    ctx.check_fits(L + ctx.max_new_tokens)
-    cache = m.setup_cache(L + ctx.max_new_tokens, kv_cache, max_steps=r)
-    ids, start = ctx.prompt, 0
-    tokens: list[int] = []
-    steps_per_token: list[int] = []
-    core_passes = tokens_forward = 0
-    stopped_by = "length"
-    while len(tokens) < ctx.max_new_tokens:
-        T = ids.shape[1]
-        e = m.embed(ids, start)
-        z = m.initial_state(e, init_scale, ctx.generator)
-        steps = r
-        exits = epsilon is not None and (start > 0 or exit_in_prefill)
-        for k in range(r):
+class ARBatch:
+    def __init__(self, opts: Options, r: int, init_scale: float, kv_cache: str, epsilon: float | None,
+                 exit_in_prefill: bool = True) -> None:
+        m = opts.model
+        self.opts, self.r, self.alpha, self.eps, self.exit_in_prefill = opts, r, init_scale, epsilon, exit_in_prefill
+        self.slots = opts.slots
+        self.runner = Runner.get(m, opts.slots, cache_length(m, opts.longest), kv_cache, max_steps=r)
+        dev = self.runner.device
+        self.ids = torch.zeros((self.slots, 1), dtype=torch.long, device=dev)
+        self.pos = torch.zeros((self.slots, 1), dtype=torch.long, device=dev)
+        self.req: list[Request | None] = [None] * self.slots
+
+    def check(self, index: int | None, prompt_len: int, max_new_tokens: int) -> None:
+        check_fits(self.opts.model, prompt_len, prompt_len + max_new_tokens, index)
+
+    # ------------------------------------------------------------------------------------------ prefill
+    def admit(self, slot: int, req: Request) -> None:
+        m, run, L = self.opts.model, self.runner, len(req.prompt)
+        ids = torch.tensor([req.prompt], device=run.device)
+        call = run.call(torch.arange(L, device=run.device)[None], rows=run.rows_all[slot : slot + 1])
+        e = run.embed(ids, call)
+        z = m.initial_state(e, self.alpha, req.generator)
+        steps = self.r
+        exits = self.eps is not None and self.exit_in_prefill
+        for k in range(self.r):
             z_prev = z
-            z = m.core_step(z, e, start, k)
-            core_passes += 1
-            tokens_forward += T
-            # the exit test needs the value on the host: one sync per recurrence, inherent to adaptive compute
-            if exits and relative_change(z, z_prev).mean().item() < epsilon:
+            z = run.core(z, e, call, k)
+            if exits and relative_change(z, z_prev).mean().item() < self.eps:  # mean δ over the prompt
                 steps = k + 1
                 break
-        steps_per_token.append(steps)
-        logits = m.decode(z, start)[0, -1:]
-        tok = int(ctx.select(logits)[0])
-        tokens.append(tok)
-        start += T
-        cache.length = start
-        stop = ctx.stop.first_stop(tokens, len(tokens) - 1)
+        tok = int(self.opts.select(run.decode(z, call)[0, -1:], req.generator)[0])
+        req.data = {"tokens": [], "steps": [], "core_passes": steps, "tokens_forward": steps * L,
+                    "stopped_by": "length", "done": False}
+        self.req[slot] = req
+        self._append(slot, tok, steps)
+        self.ids[slot, 0], self.pos[slot, 0] = tok, L
+
+    def _append(self, slot: int, tok: int, steps: int) -> None:
+        d = self.req[slot].data
+        d["tokens"].append(tok)
+        d["steps"].append(steps)
+        stop = self.opts.stop.first_stop(d["tokens"], len(d["tokens"]) - 1)
         if stop:
-            stopped_by = stop[1]
-            break
-        ids = torch.tensor([[tok]], device=ctx.prompt.device)
-    stats = {
-        "core_passes": core_passes,
-        "tokens_forward": tokens_forward,
-        "steps": len(steps_per_token),
-        "new_tokens": len(tokens),
-        "steps_per_token": steps_per_token,  # entry 0 is the prefill call
-        "kv_cache_bytes": cache.nbytes(),
-    }
-    return GenerationResult(tokens=tokens, stats=stats, stopped_by=stopped_by)
+            d["stopped_by"], d["done"] = stop[1], True
+        elif len(d["tokens"]) >= self.req[slot].max_new_tokens:
+            d["done"] = True
+
+    # ------------------------------------------------------------------------------------------ one token
+    def step(self) -> list[int]:
+        live = [b for b, q in enumerate(self.req) if q is not None and not q.data["done"]]
+        if live:
+            m, run = self.opts.model, self.runner
+            gens = [q.generator if q is not None and b in live else None for b, q in enumerate(self.req)]
+            if self.alpha > 0:  # each sequence draws its initial state from its own stream
+                dim = m.config.n_embd
+                z0 = torch.zeros((self.slots, 1, dim), device=run.device, dtype=run.dtype)
+                for b in live:
+                    z0[b] = m.initial_state(z0[b : b + 1], self.alpha, gens[b])[0]
+            else:
+                z0 = None
+            if self.eps is None:
+                logits = self._static(z0)
+                steps = [self.r] * self.slots
+            else:
+                logits, steps = self._adaptive(z0, live)
+            toks = self.opts.select.rows(logits, gens).tolist()  # the one read-back of a static step
+            for b in live:
+                d = self.req[b].data
+                d["core_passes"] += steps[b]
+                d["tokens_forward"] += steps[b]
+                self._append(b, toks[b], steps[b])
+            self.ids[:, 0] = torch.tensor(toks, device=run.device)
+            self.pos += 1
+            self.pos.clamp_(max=run.length - 1)  # rows without a live sequence must stay inside the buffers
+        return [b for b, q in enumerate(self.req) if q is not None and q.data["done"]]
+
+    def _static(self, z0: torch.Tensor | None) -> torch.Tensor:
+        run, r = self.runner, self.r
+
+        def token_step(ids: torch.Tensor, pos: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+            return run.recur(ids, pos, r, z)[:, -1]
+
+        if z0 is None:
+            z0 = torch.zeros((self.slots, 1, self.opts.model.config.n_embd), device=run.device, dtype=run.dtype)
+        return run.graphed(f"static-r{r}", token_step, self.ids, self.pos, z0)
+
+    def _adaptive(self, z0: torch.Tensor | None, live: list[int]) -> tuple[torch.Tensor, list[int]]:
+        run = self.runner
+        call = run.call(self.pos)
+        e = run.embed(self.ids, call)
+        z = torch.zeros_like(e) if z0 is None else z0
+        exited = torch.ones(self.slots, dtype=torch.bool, device=run.device)
+        exited[live] = False  # free and finished slots take no part
+        taken = torch.zeros(self.slots, dtype=torch.long, device=run.device)
+        for k in range(self.r):
+            call.write = ~exited  # a row that exited keeps the K/V of its last recurrence
+            z_new = run.core(z, e, call, k)
+            delta = relative_change(z_new, z).mean(-1)  # (B,): one position per row
+            z = torch.where(exited[:, None, None], z, z_new)
+            taken += ~exited
+            exited |= delta < self.eps
+            if k < self.r - 1 and bool(exited.all()):  # the exit decision: one read-back per recurrence
+                break
+        call.write = None
+        return run.decode(z, call)[:, -1], taken.tolist()
+
+    def finish(self, slot: int) -> GenerationResult:
+        req, self.req[slot] = self.req[slot], None
+        d = req.data
+        tokens = d["tokens"]
+        stats = {
+            "core_passes": d["core_passes"],
+            "tokens_forward": d["tokens_forward"],
+            "steps": len(d["steps"]),
+            "new_tokens": len(tokens),
+            "steps_per_token": d["steps"],  # entry 0 is the prefill call
+            "kv_cache_bytes": self.runner.cache.bytes_per_slot(),
+        }
+        return GenerationResult(tokens=tokens, stats=stats, stopped_by=d["stopped_by"])

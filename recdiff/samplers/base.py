@@ -25,8 +25,19 @@ class GenerationResult:
 Check = Callable[[Any], str | None]  # returns a complaint or None
 
 
+# The most recurrences a sampler accepts per token (Huginn-0125 was trained around 32 and evaluated up to 64-128):
+# beyond it a call is far more likely a typo than an experiment, and it would run for hours without a word.
+MAX_RECURRENCE = 1024
+
+
 def positive_int(v: Any) -> str | None:
     return None if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else "must be an integer >= 1"
+
+
+def recurrence(v: Any) -> str | None:
+    """A recurrence count: an integer in [1, MAX_RECURRENCE]."""
+    ok = isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_RECURRENCE
+    return None if ok else f"must be an integer in [1, {MAX_RECURRENCE}]"
 
 
 def non_negative_int(v: Any) -> str | None:
@@ -70,8 +81,23 @@ def optional(check: Check) -> Check:
     return checked
 
 
-def validate(sampler: str, params: dict[str, Any], spec: dict[str, tuple[Any, Check]]) -> dict[str, Any]:
-    """Fill defaults from ``spec`` (name → (default, check)) and reject unknown names or bad values in one line."""
+Rule = Callable[[dict[str, Any]], str | None]  # a combination of validated values → a complaint or None
+
+
+def at_most(name: str, bound: str) -> Rule:
+    """``name`` may not exceed ``bound`` (both parameters; a None value is not checked)."""
+
+    def rule(p: dict[str, Any]) -> str | None:
+        a, b = p.get(name), p.get(bound)
+        return f"{name}={a} exceeds {bound}={b}" if a is not None and b is not None and a > b else None
+
+    return rule
+
+
+def validate(sampler: str, params: dict[str, Any], spec: dict[str, tuple[Any, Check]],
+             rules: Sequence[Rule] = ()) -> dict[str, Any]:
+    """Fill defaults from ``spec`` (name → (default, check)), reject unknown names, bad values and bad combinations
+    (``rules``) in one line. The API and the sweep both call this, so they accept exactly the same settings."""
     for name in params:
         if name not in spec:
             close = difflib.get_close_matches(name, spec, n=1)
@@ -82,21 +108,30 @@ def validate(sampler: str, params: dict[str, Any], spec: dict[str, tuple[Any, Ch
         complaint = check(out[name])
         if complaint:
             raise RecdiffError(f"{sampler} sampler: {name}={out[name]!r} {complaint}")
+    for rule in rules:
+        complaint = rule(out)
+        if complaint:
+            raise RecdiffError(f"{sampler} sampler: {complaint}")
     return out
 
 
 # --------------------------------------------------------------------------------------------- selection
 class Selector:
-    """Greedy (temperature 0) or seeded temperature / top-p sampling over rows of logits."""
+    """Greedy (temperature 0) or seeded temperature / top-p sampling over rows of logits; each sequence draws from
+    its own generator, so its tokens do not depend on what else is in the batch."""
 
-    def __init__(self, temperature: float, top_p: float, generator: torch.Generator) -> None:
-        if not isinstance(temperature, (int, float)) or temperature < 0:
+    def __init__(self, temperature: float, top_p: float) -> None:
+        if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not temperature >= 0:
             raise RecdiffError(f"temperature={temperature!r} must be a number >= 0 (0 = greedy)")
-        if not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+        if not isinstance(top_p, (int, float)) or isinstance(top_p, bool) or not 0 < top_p <= 1:
             raise RecdiffError(f"top_p={top_p!r} must be in (0, 1]")
-        self.temperature, self.top_p, self.generator = float(temperature), float(top_p), generator
+        self.temperature, self.top_p = float(temperature), float(top_p)
 
-    def __call__(self, logits: Tensor) -> Tensor:
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def __call__(self, logits: Tensor, generator: torch.Generator) -> Tensor:
         """``(N, V)`` float logits → ``(N,)`` token ids."""
         if self.temperature == 0:
             return logits.argmax(dim=-1)
@@ -107,7 +142,17 @@ class Selector:
             drop = (sorted_p.cumsum(-1) - sorted_p) >= self.top_p
             sorted_p = sorted_p.masked_fill(drop, 0.0)
             probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p)
-        return torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+    def rows(self, logits: Tensor, generators: list[torch.Generator | None]) -> Tensor:
+        """One selection per row of ``(B, V)`` logits; rows whose generator is None are skipped (greedy: all)."""
+        if self.greedy:
+            return logits.argmax(dim=-1)
+        out = torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device)
+        for b, g in enumerate(generators):
+            if g is not None:
+                out[b] = self(logits[b : b + 1], g)[0]
+        return out
 
 
 # --------------------------------------------------------------------------------------------- stopping
@@ -150,21 +195,21 @@ def default_stop_ids(model: RecurrentDepthModel, stop_token_ids: Sequence[int] |
 
 
 @dataclass
-class Context:
-    """Per-call state handed to a sampler."""
+class Options:
+    """What every sequence of one ``generate`` call shares."""
 
     model: RecurrentDepthModel
-    prompt: Tensor  # (1, L) long on the model's device
-    max_new_tokens: int
     select: Selector
     stop: StopCondition
-    generator: torch.Generator
-    trace: bool = False
+    slots: int  # sequences decoded side by side (continuous batching)
+    longest: int  # the most positions any sequence may need (prompt + max_new_tokens), sizes the KV cache
 
-    def check_fits(self, total: int) -> None:
-        block = self.model.config.block_size
-        if total > block:
-            raise RecdiffError(
-                f"prompt of {self.prompt.shape[1]} tokens + up to {total - self.prompt.shape[1]} more positions exceeds "
-                f"the model's block_size {block}; shorten the prompt or lower max_new_tokens"
-            )
+
+def check_fits(model: RecurrentDepthModel, prompt_len: int, total: int, index: int | None = None) -> None:
+    block = model.config.block_size
+    if total > block:
+        which = "prompt" if index is None else f"prompt {index}"
+        raise RecdiffError(
+            f"{which} of {prompt_len} tokens + up to {total - prompt_len} more positions exceeds the model's "
+            f"block_size {block}; shorten the prompt or lower max_new_tokens"
+        )

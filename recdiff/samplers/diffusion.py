@@ -28,9 +28,17 @@ freezes what a converged state predicts.
 The prompt is prefilled at r recurrences in one parallel pass; the first new token comes from it. Frozen
 positions leave the wavefront by moving a pointer (their K/V stay in the shared cache); the wavefront's own
 entries are rewritten in place every recurrence.
+
+Batched (:class:`DiffusionBatch`): every occupied slot takes one sampler step at once. Each slot's wavefront lives
+in a fixed buffer of ``wavefront + headway`` rows (valid rows first, the rest padding); the model runs on the
+rows up to the widest live wavefront (on CUDA graphs: rounded up to a power of two). Every per-sequence decision —
+momentum, noise, stability, growth, the freeze point, stops — is a tensor operation over all slots, and a step
+reads back once (the slots' pointers and flags). Tokens, positions and counters are kept per absolute position.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -38,9 +46,14 @@ from torch import Tensor
 
 from recdiff.errors import RecdiffError
 from recdiff.model import relative_change
+from recdiff.engine.runner import Runner, cache_length
+from recdiff.engine.scheduler import Request
 from recdiff.samplers.base import (
-    Context,
+    at_most,
+    recurrence,
     GenerationResult,
+    Options,
+    check_fits,
     boolean,
     half_open_unit,
     non_negative,
@@ -56,12 +69,12 @@ from recdiff.trace import DiffusionTrace
 
 
 SPEC = {
-    "r": (32, positive_int),
-    "r_inner": (4, positive_int),
+    "r": (32, recurrence),
+    "r_inner": (4, recurrence),
     "freeze": ("adaptive", one_of("adaptive", "fixed")),
     "freeze_rule": ("prefix", one_of("prefix", "last")),
     "adaptive_rule": ("paper", one_of("paper", "reference")),
-    "r_freeze": (None, optional(positive_int)),
+    "r_freeze": (None, optional(recurrence)),
     "epsilon": (0.03, positive),
     "wavefront": (128, positive_int),
     "headway": (1, positive_int),
@@ -75,6 +88,8 @@ SPEC = {
     "kv_cache": ("shared", one_of("shared")),
 }
 
+RULES = [at_most("r_inner", "r"), at_most("headway", "wavefront")]
+
 
 def beta_per_position(beta: float, schedule: str, n: Tensor, r: int) -> Tensor:
     """β_t for each wavefront position given its recurrence count n (float tensor)."""
@@ -87,174 +102,323 @@ def beta_per_position(beta: float, schedule: str, n: Tensor, r: int) -> Tensor:
     return beta * (1 - n / r).clamp(min=0)  # linear: reaches 0 once a position has had r recurrences
 
 
-def generate(ctx: Context, params: dict) -> GenerationResult:
-    p = validate("diffusion", params, SPEC)
-    if p["pad_id"] is not None and p["pad_id"] >= ctx.model.config.vocab_size:
-        raise RecdiffError(f"diffusion sampler: pad_id={p['pad_id']} is outside the vocabulary (size {ctx.model.config.vocab_size})")
-    return _Diffusion(ctx, p).run()
+def make_batch(opts: Options, params: dict) -> "DiffusionBatch":
+    p = validate("diffusion", params, SPEC, RULES)
+    if p["pad_id"] is not None and p["pad_id"] >= opts.model.config.vocab_size:
+        raise RecdiffError(f"diffusion sampler: pad_id={p['pad_id']} is outside the vocabulary (size {opts.model.config.vocab_size})")
+    return DiffusionBatch(opts, p)
 
 
-class _Diffusion:
-    def __init__(self, ctx: Context, p: dict) -> None:
-        self.ctx, self.p = ctx, p
-        self.m = ctx.model
-        self.L = ctx.prompt.shape[1]
-        self.r, self.r_inner, self.h = p["r"], p["r_inner"], p["headway"]
+class DiffusionBatch:
+    def __init__(self, opts: Options, p: dict) -> None:
+        m = opts.model
+        self.opts, self.p, self.m, self.slots = opts, p, m, opts.slots
+        self.r, self.r_inner, self.h, self.cap = p["r"], p["r_inner"], p["headway"], p["wavefront"]
         # fixed: final after r recurrences unless told otherwise; adaptive: only a budget when one is given
         self.r_freeze = p["r_freeze"] or (self.r if p["freeze"] == "fixed" else None)
-        # a configuration that never converges ends with a flag instead of running on
-        self.max_steps = p["max_steps"] or 4 * ctx.max_new_tokens * -(-self.r // self.r_inner)
-        block = self.m.config.block_size
-        ctx.check_fits(self.L + ctx.max_new_tokens + 1)
-        # the front may run up to `wavefront` positions ahead of the last frozen token
-        self.max_len = min(block, self.L + ctx.max_new_tokens + p["wavefront"] + self.h + 1)
-        self.dev = ctx.prompt.device
+        self.adaptive, self.reference = p["freeze"] == "adaptive", p["adaptive_rule"] == "reference"
+        self.Tw = self.cap + self.h  # window rows: the widest wavefront plus one step's growth
+        block = m.config.block_size
+        # padded wavefront rows reach up to Tw positions past the furthest front
+        length = cache_length(m, opts.longest + self.cap + self.h + 1) + self.Tw + 1
+        self.runner = run = Runner.get(m, opts.slots, length, "shared")
+        B, S, E, dev = self.slots, run.length, m.config.n_embd, run.device
+        self.S, self.E, self.dev = S, E, dev
+        i64 = dict(dtype=torch.long, device=dev)
+        # per absolute position
+        self.seq = torch.zeros((B, S), **i64)  # frozen tokens + proposals
+        self.counter = torch.zeros((B, S), **i64)  # core recurrences per position
+        self.age = torch.zeros((B, S), **i64)  # sampler recurrences of the state at each position
+        self.stable = torch.zeros((B, S), **i64)
+        self.frozen_at = torch.full((B, S), -1, **i64)
+        # per slot
+        z = lambda: torch.zeros(B, **i64)  # noqa: E731
+        self.start, self.W, self.n_frozen, self.steps, self.standing = z(), z(), z(), z(), z()
+        self.core_passes, self.tokens_forward, self.seq_end, self.L = z(), z(), z(), z()
+        self.max_new, self.max_len, self.max_steps = z(), z(), z()
+        self.prev_start, self.prev_len, self.prev_e_start, self.prev_e_len = z(), z(), z(), z()
+        self.hit_cap = torch.zeros(B, dtype=torch.bool, device=dev)
+        # the wavefront's states (valid rows first), the previous step's states (for δ) and embeddings (momentum)
+        self.z = torch.zeros((B, self.Tw, E), device=dev, dtype=run.dtype)
+        self.prev_z, self.prev_e = torch.zeros_like(self.z), torch.zeros_like(self.z)
+        self.req: list[Request | None] = [None] * B
+        self.host: list[dict | None] = [None] * B  # per slot: pointers read back once per step
+        self.stop_ids = (torch.tensor(sorted(opts.stop.ids), **i64) if opts.stop.ids else None)
+        self.rows = torch.arange(self.Tw, device=dev)
+        self.positions = torch.arange(S, device=dev)
 
-    def _extra_ids(self, n: int) -> Tensor:
+    def check(self, index: int | None, prompt_len: int, max_new_tokens: int) -> None:
+        check_fits(self.m, prompt_len, prompt_len + max_new_tokens + 1, index)
+
+    # ------------------------------------------------------------------------------------------ prefill
+    def admit(self, slot: int, req: Request) -> None:
+        m, run, p, L, gen = self.m, self.runner, self.p, len(req.prompt), req.generator
+        alpha, b = p["init_scale"], slot
+        ids = torch.tensor([req.prompt], device=self.dev)
+        # the prompt at r recurrences in one parallel pass; its last logits give the first new token
+        call = run.call(torch.arange(L, device=self.dev)[None], rows=run.rows_all[b : b + 1])
+        e = run.embed(ids, call)
+        zp = m.initial_state(e, alpha, gen)
+        for k in range(self.r):
+            zp = run.core(zp, e, call, k)
+        first = int(self.opts.select(run.decode(zp, call)[0, -1:], gen)[0])
+        for t in (self.counter, self.age, self.stable):
+            t[b] = 0
+        self.frozen_at[b] = -1
+        self.seq[b, :L], self.seq[b, L] = ids[0], first
+        self.counter[b, :L] = self.r
+        self.frozen_at[b, L] = 0
+        z0 = m.initial_state(zp[:, -1:], alpha, gen)  # the state for position L, which predicts token L+1
+        self.z[b, 0], self.prev_z[b, 0] = z0[0, 0], z0[0, 0]
+        if p["eta"] > 0:  # momentum buffer: P of the sequence so far (no cache); only its last row is ever used
+            self.prev_e[b, 0] = m.embed(self.seq[b : b + 1, : L + 1])[0, L]
+        max_steps = p["max_steps"] or 4 * req.max_new_tokens * -(-self.r // self.r_inner)
+        block = m.config.block_size
+        for t, v in ((self.start, L), (self.W, 1), (self.n_frozen, L + 1), (self.steps, 0), (self.standing, 0),
+                     (self.core_passes, self.r), (self.tokens_forward, self.r * L), (self.seq_end, L + 1),
+                     (self.L, L), (self.max_new, req.max_new_tokens), (self.max_steps, max_steps),
+                     # the front may run up to `wavefront` positions ahead of the last frozen token
+                     (self.max_len, min(block, L + req.max_new_tokens + self.cap + self.h + 1)),
+                     (self.prev_start, L), (self.prev_len, 1), (self.prev_e_start, L), (self.prev_e_len, 1)):
+            t[b] = v
+        self.hit_cap[b] = False
+        req.data = {**req.data, "stopped_by": "length", "done": False}
+        if req.data.get("trace"):
+            req.data["recorder"] = _TraceRecorder(L)
+        self.req[b] = req
+        self.host[b] = {"W": 1, "n_frozen": L + 1}
+        if req.max_new_tokens <= 1:  # the prefill's token is all that was asked for
+            req.data["done"] = True
+
+    # ------------------------------------------------------------------------------------------ one step
+    def step(self) -> list[int]:
+        live = [b for b, q in enumerate(self.req) if q is not None and not q.data["done"]]
+        if live:
+            self._step(live)
+        return [b for b, q in enumerate(self.req) if q is not None and q.data["done"]]
+
+    def _noise(self, shape_rows: list[int], live: list[int]) -> Tensor:
+        """Initial states for ``shape_rows[b]`` rows of each live slot, from its own stream (zeros at α = 0)."""
+        out = torch.zeros((self.slots, max(shape_rows + [1]), self.E), device=self.dev, dtype=self.z.dtype)
+        if self.p["init_scale"] > 0:
+            for b in live:
+                n = shape_rows[b]
+                if n:
+                    out[b, :n] = self.m.initial_state(out[b : b + 1, :n], self.p["init_scale"], self.req[b].generator)[0]
+        return out
+
+    def _step(self, live: list[int]) -> None:
+        p, run, m = self.p, self.runner, self.m
+        eta, beta, eps, ri = p["eta"], p["beta"], p["epsilon"], self.r_inner
+        dev, S, E = self.dev, self.S, self.E
+        on = torch.zeros(self.slots, dtype=torch.bool, device=dev)
+        on[live] = True
+        Wh = [self.host[b]["W"] if b in live else 0 for b in range(self.slots)]
+        T = run.width(max(Wh), self.Tw)  # a few static shapes when compiled
+        start, W = torch.where(on, self.start, 0), torch.where(on, self.W, 0)
+        t = self.rows[:T]
+        pos = start[:, None] + t  # (B, T)
+        valid = t[None] < W[:, None]
+        ids = self.seq.gather(1, pos)
+        step_start = start.clone()
+
+        # 1. momentum: positions embedded in the previous step mix in η of their previous embedding
+        e_mix = torch.zeros((self.slots, T, E), device=dev, dtype=self.z.dtype)
+        if eta > 0:
+            src = t[None] + (start - self.prev_e_start)[:, None]
+            ok = valid & (src < self.prev_e_len[:, None])
+            e_mix = torch.where(ok[..., None], self.prev_e.gather(1, src.clamp(0, self.Tw - 1)[..., None].expand(-1, -1, E)), e_mix)
+        # 2. noise, with β_t from the schedule and each position's recurrence count
+        z = self.z[:, :T]
+        if beta > 0:
+            n = self.counter.gather(1, pos).to(z.dtype)
+            b_t = beta_per_position(beta, p["beta_schedule"], n, self.r)[..., None]
+            z = (1 - b_t) * z + b_t * self._noise(Wh, live)[:, :T]
+
+        # 3.-4. P, r' recurrences, C over the padded wavefront
+        def model_step(ids: Tensor, pos: Tensor, z: Tensor, e_mix: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+            call = run.call(pos)
+            e = run.embed(ids, call)
+            if eta > 0:
+                e = e * (1 - eta) + eta * e_mix
+            for _ in range(ri):
+                z = run.core(z, e, call)
+            return z, e, run.decode(z, call)
+
+        z, e, logits = run.graphed(f"diffusion-r{ri}-eta{eta}", model_step, ids, pos, z, e_mix)
+        if eta > 0:
+            self.prev_e[:, :T] = e
+            self.prev_e_start, self.prev_e_len = start.clone(), W.clone()
+        gens = [q.generator if q is not None and b in live else None for b, q in enumerate(self.req)]
+        if self.opts.select.greedy:
+            new = logits.argmax(-1)  # (B, T) proposals for positions start+1 … start+T
+        else:
+            new = torch.zeros((self.slots, T), dtype=torch.long, device=dev)
+            for b in live:
+                new[b, : Wh[b]] = self.opts.select(logits[b, : Wh[b]], gens[b])
+        self.core_passes += ri * on
+        self.tokens_forward += ri * W
+        self.counter.scatter_add_(1, pos, ri * valid.long())
+        self.age.scatter_add_(1, pos, ri * valid.long())
+
+        # stability: frozen positions count as unchanged; proposals compared with the previous ones
+        self.stable += (self.positions[None] < self.n_frozen[:, None]) & on[:, None]
+        same = (self.seq.gather(1, pos + 1) == new) & (t[None] < (W - 1)[:, None])
+        self.stable.scatter_add_(1, pos + 1, same.long())
+        self.seq.scatter_(1, pos + 1, torch.where(valid, new, self.seq.gather(1, pos + 1)))
+
+        # 5. grow the front by `headway` positions, unless the wavefront (or the block) is full
+        h = torch.minimum(torch.clamp(self.cap - W, max=self.h), self.max_len - (start + W)).clamp(min=0) * on
+        self.standing += (h < self.h) & on
+        Tg = min(self.Tw, T + self.h)
+        tg = self.rows[:Tg]
+        zb = torch.zeros((self.slots, Tg, E), device=dev, dtype=z.dtype)
+        zb[:, :T] = z
+        grow = (tg[None] >= W[:, None]) & (tg[None] < (W + h)[:, None])
+        if self.h > 1:  # extra positions get random ids from the vocabulary (or pad_id)
+            hh = h.tolist()
+            for b in live:
+                if hh[b] > 1:
+                    self.seq[b, int(self.start[b]) + Wh[b] + 1 : int(self.start[b]) + Wh[b] + hh[b]] = self._extra_ids(hh[b] - 1, gens[b])
+        if p["continuous_compute"]:  # the new state continues from the last one(s), where there are enough
+            cont = (W >= h)[:, None] & grow
+            src = (tg[None] - h[:, None]).clamp(min=0)
+            fresh = torch.where(cont[..., None], zb.gather(1, src[..., None].expand(-1, -1, E)), 0.0)
+            need = ((W < h) & (h > 0)).tolist()
+            rnd = self._noise([int(h[b]) if need[b] else 0 for b in range(self.slots)], live)
+            fresh = torch.where((grow & ~cont)[..., None], _rows_at(rnd, tg, W), fresh)
+        else:
+            hl = h.tolist()
+            fresh = _rows_at(self._noise([hl[b] for b in range(self.slots)], live), tg, W)
+        zb = torch.where(grow[..., None], fresh.to(zb.dtype), zb)
+        Wp = W + h
+        seq_end = start + Wp  # exclusive end of the current sequence
+
+        # 6. freeze: `shift` leading states leave the wavefront, each freezing the token it predicts
+        shift = torch.zeros_like(start)
+        delta, lo, a, c = None, start, start, start
+        if self.adaptive:
+            lo = torch.maximum(start, self.prev_start)
+            hi = torch.minimum(start + Wp, self.prev_start + self.prev_len)
+            a, c = lo - start, hi - start  # compared window rows a … c-1
+            src = (tg[None] + (start - self.prev_start)[:, None]).clamp(0, self.Tw - 1)
+            delta = relative_change(zb, self.prev_z.gather(1, src[..., None].expand(-1, -1, E)))  # (B, Tg)
+            cmp = (tg[None] >= a[:, None]) & (tg[None] < c[:, None])
+            below = (delta < eps) & cmp
+            if p["freeze_rule"] == "prefix":  # length of the leading run below ε, minus one
+                lead = torch.where(tg[None] < a[:, None], True, below).long().cumprod(1).sum(1) - a
+                j = lead - 1
+            else:  # index of the last position below ε (-1: none)
+                j = ((tg[None] - a[:, None] + 1) * below).max(1).values - 1
+            # paper: converged states lo … lo+j leave; reference: the state lo+j stays and only the token it consumes
+            # freezes
+            shift = torch.where((c > a) & (j >= 0), lo + j + (0 if self.reference else 1) - start, 0)
+        if self.r_freeze is not None:  # recurrence budget: older states come first, so this is a prefix
+            aged = (self.age.gather(1, start[:, None] + tg[None]) >= self.r_freeze) & (tg[None] < Wp[:, None])
+            shift = torch.maximum(shift, aged.sum(1))
+        shift = shift * on
+        frozen_before = self.n_frozen.clone()
+        froze = shift > 0
+        newly = (self.positions[None] >= self.n_frozen[:, None]) & (self.positions[None] < (start + shift + 1)[:, None])
+        self.frozen_at = torch.where(newly & froze[:, None], self.steps[:, None], self.frozen_at)
+        self.n_frozen = torch.where(froze, start + shift + 1, self.n_frozen)
+        new_start = start + shift
+        keep = (tg[None] + shift[:, None]).clamp(max=Tg - 1)
+        zb = zb.gather(1, keep[..., None].expand(-1, -1, E))
+        W_new = Wp - shift
+        empty = (W_new == 0) & on  # the whole wavefront froze (standing wave of one): continue after the new token
+        if bool(empty.any()):
+            el = empty.tolist()
+            zb[:, 0] = torch.where(empty[:, None], self._noise([1 if el[b] else 0 for b in range(self.slots)], live)[:, 0], zb[:, 0])
+        W_new = torch.where(empty, 1, W_new)
+        self.z[:, :Tg] = zb
+        self.prev_z[:, :Tg] = zb
+        self.prev_start = torch.where(on, step_start if self.reference else new_start, self.prev_start)
+        self.prev_len = torch.where(on, W_new, self.prev_len)
+        self.start = torch.where(on, new_start, self.start)
+        self.W = torch.where(on, W_new, self.W)
+        self.seq_end = torch.where(on, torch.maximum(seq_end, self.n_frozen), self.seq_end)
+        self.steps += on
+
+        # stops among the newly frozen tokens; the length limit; the step cap
+        grew = self.n_frozen > frozen_before
+        stop_tok = torch.zeros_like(on)
+        if self.stop_ids is not None:
+            span = (self.positions[None] >= frozen_before[:, None]) & (self.positions[None] < self.n_frozen[:, None])
+            stop_tok = (torch.isin(self.seq, self.stop_ids) & span).any(1) & grew
+        long_enough = self.n_frozen - self.L >= self.max_new
+        capped = ~long_enough & ~stop_tok & (self.steps >= self.max_steps)
+        flags = torch.stack([self.W, self.n_frozen, grew.long(), stop_tok.long(), long_enough.long(), capped.long()], 1)
+        flags = flags.tolist()  # the step's one read-back
+        traced = [b for b in live if self.req[b].data.get("trace")]
+        for b in traced:
+            self._record(b, delta, lo, a, c)
+        for b in live:
+            Wb, nf, g, st, full, cap = flags[b]
+            d = self.req[b].data
+            before = self.host[b]["n_frozen"]
+            self.host[b] = {"W": Wb, "n_frozen": nf}
+            if st:
+                d["stopped_by"], d["done"] = "stop_token", True
+            elif g and self.opts.stop.strings:
+                L = len(self.req[b].prompt)
+                if self.opts.stop.first_stop(self.seq[b, L:nf].tolist(), before - L):
+                    d["stopped_by"], d["done"] = "stop_string", True
+            if not d["done"] and (full or cap):
+                d["done"] = True
+                if cap:
+                    d["stopped_by"] = "max_steps"
+                    self.hit_cap[b] = True
+
+    def _extra_ids(self, n: int, gen: torch.Generator) -> Tensor:
         if self.p["pad_id"] is not None:
             return torch.full((n,), self.p["pad_id"], device=self.dev, dtype=torch.long)
-        return torch.randint(0, self.m.config.vocab_size, (n,), device=self.dev, generator=self.ctx.generator)
+        return torch.randint(0, self.m.config.vocab_size, (n,), device=self.dev, generator=gen)
 
-    def run(self) -> GenerationResult:
-        ctx, m, p, L = self.ctx, self.m, self.p, self.L
-        eta, beta, alpha, eps = p["eta"], p["beta"], p["init_scale"], p["epsilon"]
-        adaptive = p["freeze"] == "adaptive"
-        reference_rule = p["adaptive_rule"] == "reference"
-        cache = m.setup_cache(self.max_len, "shared")
-        gen = ctx.generator
+    def _record(self, b: int, delta: Tensor | None, lo: Tensor, a: Tensor, c: Tensor) -> None:
+        """One trace row of slot ``b`` (only for sequences asked to be traced: host copies are fine here)."""
+        end = int(self.seq_end[b])
+        d, lo_b = None, 0
+        if delta is not None and int(c[b]) > int(a[b]):
+            d, lo_b = delta[b, int(a[b]) : int(c[b])], int(lo[b])
+        self.req[b].data["recorder"].record(self.seq[b, :end], int(self.n_frozen[b]), self.counter[b, :end].cpu().numpy(),
+                                            self.stable[b, :end], d, lo_b)
 
-        seq = torch.zeros(self.max_len, dtype=torch.long, device=self.dev)  # frozen tokens + proposals
-        seq[:L] = ctx.prompt[0]
-        counter = np.zeros(self.max_len, dtype=np.int64)  # core recurrences per position
-        age = np.zeros(self.max_len, dtype=np.int64)  # sampler recurrences of the state at each position
-        stable = torch.zeros(self.max_len, dtype=torch.int32, device=self.dev)
-        frozen_at = np.full(self.max_len, -1, dtype=np.int64)
-
-        # prefill: the prompt at r recurrences in one parallel pass; its last logits give the first new token
-        e = m.embed(ctx.prompt, 0)
-        z = m.initial_state(e, alpha, gen)
-        for k in range(self.r):
-            z = m.core_step(z, e, 0, k)
-        first = ctx.select(m.decode(z, 0)[0, -1:])
-        seq[L] = first[0]
-        counter[:L] = self.r
-        core_passes, tokens_forward = self.r, self.r * L
-        n_frozen, start = L + 1, L
-        frozen_at[L] = 0
-        z = m.initial_state(z[:, -1:], alpha, gen)  # the state for position L, which predicts token L+1
-        prev_z, prev_start = z, start  # for δ: the states at the end of the previous step and where they start
-        if eta > 0:  # momentum buffer, initialised with P of the sequence so far (no cache)
-            prev_e, prev_e_start = m.embed(seq[None, : L + 1], 0, use_cache=False), 0
-
-        stop_ids = torch.tensor(sorted(ctx.stop.ids), device=self.dev, dtype=torch.long) if ctx.stop.ids else None
-        trace = _TraceRecorder(L) if ctx.trace else None
-        steps = standing = 0
-        seq_end = n_frozen
-        stopped_by = "length"
-        hit_cap = False
-        while n_frozen - L < ctx.max_new_tokens:
-            if steps >= self.max_steps:
-                hit_cap, stopped_by = True, "max_steps"
-                break
-            W, frozen_before, step_start = z.shape[1], n_frozen, start
-            e = m.embed(seq[None, start : start + W], start)
-            if eta > 0:
-                off = start - prev_e_start
-                n_old = max(0, min(W, prev_e.shape[1] - off))
-                e = e * (1 - eta)
-                if n_old:
-                    e[:, :n_old] += eta * prev_e[:, off : off + n_old]
-                prev_e, prev_e_start = e, start
-            if beta > 0:
-                n = torch.from_numpy(counter[start : start + W]).to(self.dev, z.dtype)
-                b = beta_per_position(beta, p["beta_schedule"], n, self.r)[None, :, None]
-                z = (1 - b) * z + b * m.initial_state(z, alpha, gen)
-            for _ in range(self.r_inner):
-                z = m.core_step(z, e, start, 0)
-            core_passes += self.r_inner
-            tokens_forward += self.r_inner * W
-            counter[start : start + W] += self.r_inner
-            age[start : start + W] += self.r_inner
-            new = ctx.select(m.decode(z, start)[0])  # (W,) proposals for positions start+1 … start+W
-
-            # stability: frozen positions count as unchanged; proposals compared with the previous ones
-            stable[:n_frozen] += 1
-            stable[n_frozen : start + W] += (seq[n_frozen : start + W] == new[:-1]).int()
-            seq[start + 1 : start + W + 1] = new
-
-            # grow the front by `headway` positions, unless the wavefront (or the block) is full
-            h = max(0, min(self.h, p["wavefront"] - W, self.max_len - (start + W)))
-            if h < self.h:
-                standing += 1
-            if h:
-                if h > 1:
-                    seq[start + W + 1 : start + W + h] = self._extra_ids(h - 1)
-                if p["continuous_compute"] and W >= h:
-                    fresh = z[:, -h:].clone()
-                else:
-                    fresh = m.initial_state(z[:, :h], alpha, gen)
-                z = torch.cat([z, fresh], dim=1)
-            seq_end = start + W + h  # exclusive end of the current sequence
-
-            # freeze: `shift` leading states leave the wavefront, each freezing the token it predicts
-            delta, lo, shift = None, start, 0
-            if adaptive:
-                lo, hi = max(start, prev_start), min(start + z.shape[1], prev_start + prev_z.shape[1])
-                if hi > lo:
-                    delta = relative_change(z[0, lo - start : hi - start], prev_z[0, lo - prev_start : hi - prev_start])
-                    below = (delta < eps).int()
-                    if p["freeze_rule"] == "prefix":  # length of the leading run below ε, minus one
-                        j = int(below.cumprod(0).sum()) - 1  # the one host sync per step
-                    else:  # index of the last position below ε (-1: none)
-                        j = int((below * torch.arange(1, below.numel() + 1, device=below.device)).max()) - 1
-                    # paper: converged states lo … lo+j leave; reference: the state lo+j stays and only the token it
-                    # consumes freezes
-                    shift = lo + j + (0 if reference_rule else 1) - start if j >= 0 else 0
-            if self.r_freeze is not None:  # recurrence budget: older states come first, so this is a prefix
-                shift = max(shift, int((age[start : start + z.shape[1]] >= self.r_freeze).sum()))
-            if shift > 0:
-                frozen_at[n_frozen : start + shift + 1] = steps
-                n_frozen, start = start + shift + 1, start + shift
-                z = z[:, shift:]
-                if z.shape[1] == 0:  # the whole wavefront froze (standing wave of one): continue after the new token
-                    z = m.initial_state(prev_z[:, :1], alpha, gen)
-            cache.length = start
-            prev_z, prev_start = z, (step_start if reference_rule else start)
-
-            if trace is not None:
-                seq_end = max(seq_end, n_frozen)
-                trace.record(seq[:seq_end], n_frozen, counter[:seq_end], stable[:seq_end], delta, lo if delta is not None else 0)
-            steps += 1
-            if n_frozen > frozen_before:
-                if stop_ids is not None and bool(torch.isin(seq[frozen_before:n_frozen], stop_ids).any()):
-                    stopped_by = "stop_token"
-                    break
-                if ctx.stop.strings and ctx.stop.first_stop(seq[L:n_frozen].tolist(), frozen_before - L):
-                    stopped_by = "stop_string"
-                    break
-
+    # ------------------------------------------------------------------------------------------ result
+    def finish(self, slot: int) -> GenerationResult:
+        req, self.req[slot] = self.req[slot], None
+        b, d, L = slot, req.data, len(req.prompt)
+        n_frozen, hit_cap = int(self.n_frozen[b]), bool(self.hit_cap[b])
+        end = max(n_frozen, int(self.seq_end[b])) if hit_cap else n_frozen
         # at the step cap, the unfrozen proposals are still the model's best guess: return them, flagged
-        tokens = seq[L : (max(n_frozen, seq_end) if hit_cap else n_frozen)].tolist()
-        if stopped_by in ("stop_token", "stop_string"):
-            tokens = tokens[: ctx.stop.first_stop(tokens, 0)[0]]  # several tokens may freeze in the stopping step
-        tokens = tokens[: ctx.max_new_tokens]
+        tokens = self.seq[b, L:end].tolist()
+        if d["stopped_by"] in ("stop_token", "stop_string"):
+            tokens = tokens[: self.opts.stop.first_stop(tokens, 0)[0]]  # several tokens may freeze in the stopping step
+        tokens = tokens[: req.max_new_tokens]
         n_out = L + len(tokens)
         stats = {
-            "core_passes": core_passes,
-            "tokens_forward": tokens_forward,
-            "steps": steps,
-            "standing_waves": standing,
+            "core_passes": int(self.core_passes[b]),
+            "tokens_forward": int(self.tokens_forward[b]),
+            "steps": int(self.steps[b]),
+            "standing_waves": int(self.standing[b]),
             "new_tokens": len(tokens),
-            "recurrences_per_position": counter[:n_out].tolist(),
-            "stability_per_position": stable[:n_out].tolist(),
-            "frozen_at_step": frozen_at[L:n_out].tolist(),  # step (0 = prefill) at which each new token froze
+            "recurrences_per_position": self.counter[b, :n_out].tolist(),
+            "stability_per_position": self.stable[b, :n_out].tolist(),
+            "frozen_at_step": self.frozen_at[b, L:n_out].tolist(),  # step (0 = prefill) at which each new token froze
             "max_steps_reached": hit_cap,
             "unfrozen_tokens": max(0, L + len(tokens) - n_frozen),
-            "kv_cache_bytes": cache.nbytes(),
+            "kv_cache_bytes": self.runner.cache.bytes_per_slot(),
             "ideal_speedup": (self.r + 1) / (self.r_inner + 1),
         }
-        result_trace = trace.finish() if trace is not None else None
-        return GenerationResult(tokens=tokens, stats=stats, trace=result_trace, stopped_by=stopped_by)
+        rec = d.get("recorder")
+        return GenerationResult(tokens=tokens, stats=stats, trace=rec.finish() if rec else None,
+                                stopped_by=d["stopped_by"])
+
+
+def _rows_at(src: Tensor, rows: Tensor, first: Tensor) -> Tensor:
+    """``out[b, t] = src[b, t - first[b]]`` for the window rows ``rows`` (rows before ``first`` get row 0)."""
+    idx = (rows[None] - first[:, None]).clamp(0, src.shape[1] - 1)
+    return src.gather(1, idx[..., None].expand(-1, -1, src.shape[-1]))
 
 
 class _TraceRecorder:

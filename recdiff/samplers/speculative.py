@@ -4,77 +4,148 @@ parallel pass at r, keep the agreeing prefix plus the verifier's token at the fi
 As in the authors' reference, a draft is accepted where it equals the verifier's argmax; when every draft
 token is accepted no bonus token is added (the verifier has no logits past the last draft). Under sampling the
 drafts and the correction token are sampled, the acceptance test stays the argmax comparison.
+
+Batched: every occupied slot drafts and verifies in the same round, at its own positions; drafts stay on the
+device and the round reads back once (drafts and verdicts). Near the end of the block a sequence may have room
+for fewer drafts than ``lookahead``; its extra rows are computed and ignored, as if it had drafted fewer.
 """
 
 from __future__ import annotations
 
 import torch
 
-from recdiff.samplers.base import Context, GenerationResult, non_negative, one_of, positive_int, validate
+from recdiff.engine.runner import Runner, cache_length
+from recdiff.engine.scheduler import Request
+from recdiff.samplers.base import (GenerationResult, Options, at_most, check_fits, non_negative, one_of,
+                                  positive_int, recurrence, validate)
 
 SPEC = {
-    "r": (32, positive_int),
-    "r_draft": (4, positive_int),
+    "r": (32, recurrence),
+    "r_draft": (4, recurrence),
     "lookahead": (4, positive_int),
     "init_scale": (0.0, non_negative),
     "kv_cache": ("shared", one_of("shared", "per_step")),
 }
 
+RULES = [at_most("r_draft", "r")]
 
-def generate(ctx: Context, params: dict) -> GenerationResult:
-    p = validate("speculative", params, SPEC)
-    r, r_draft, look, alpha = p["r"], p["r_draft"], p["lookahead"], p["init_scale"]
-    m, L, dev = ctx.model, ctx.prompt.shape[1], ctx.prompt.device
-    ctx.check_fits(L + ctx.max_new_tokens)
-    # drafting may run up to lookahead positions past the last kept token
-    cache = m.setup_cache(min(L + ctx.max_new_tokens + look, m.config.block_size), p["kv_cache"], max_steps=max(r, r_draft))
-    counters = {"core_passes": 0, "tokens_forward": 0}
 
-    def forward(ids: torch.Tensor, start: int, depth: int) -> torch.Tensor:
-        e = m.embed(ids, start)
-        z = m.initial_state(e, alpha, ctx.generator)
-        for k in range(depth):
-            z = m.core_step(z, e, start, k)
-        counters["core_passes"] += depth
-        counters["tokens_forward"] += depth * ids.shape[1]
-        return m.decode(z, start)[0]  # (T, V)
+def make_batch(opts: Options, params: dict) -> "SpeculativeBatch":
+    return SpeculativeBatch(opts, validate("speculative", params, SPEC, RULES))
 
-    tokens = [int(ctx.select(forward(ctx.prompt, 0, r)[-1:])[0])]
-    committed = L  # positions whose K/V are final; tokens[-1] sits at position `committed`, not yet processed
-    accepted: list[int] = []
-    stopped_by = "length"
-    stop = ctx.stop.first_stop(tokens, 0)
-    while stop is None and len(tokens) < ctx.max_new_tokens:
-        draft: list[int] = []
-        last = tokens[-1]
-        for j in range(look):
-            if committed + j >= cache.max_len:
-                break
-            last = int(ctx.select(forward(torch.tensor([[last]], device=dev), committed + j, r_draft)[-1:])[0])
-            draft.append(last)
-        # verify: positions committed … committed+len(draft)-1 hold tokens[-1], draft[:-1]; they predict the drafts
-        ids = torch.tensor([[tokens[-1], *draft[:-1]]], device=dev)
-        logits = forward(ids, committed, r)
-        verified = logits.argmax(-1).tolist()
-        n_ok = next((i for i, (a, b) in enumerate(zip(verified, draft)) if a != b), len(draft))
-        new = draft[:n_ok]
-        if n_ok < len(draft) or not draft:  # (no draft only where the block size ends the sequence)
-            new.append(int(ctx.select(logits[n_ok : n_ok + 1])[0]))
-        accepted.append(n_ok)
-        committed += len(new)  # the K/V written for rejected positions are beyond the pointer and get overwritten
-        cache.length = committed
-        before = len(tokens)
-        tokens.extend(new)
-        stop = ctx.stop.first_stop(tokens, before)
-    if stop:
-        tokens, stopped_by = tokens[: stop[0]], stop[1]
-    tokens = tokens[: ctx.max_new_tokens]
-    stats = {
-        **counters,
-        "steps": 1 + len(accepted) * 2,  # forward calls: prefill, then a draft phase and a verify pass per round
-        "rounds": len(accepted),
-        "accepted_per_round": accepted,
-        "new_tokens": len(tokens),
-        "kv_cache_bytes": cache.nbytes(),
-    }
-    return GenerationResult(tokens=tokens, stats=stats, stopped_by=stopped_by)
+
+class SpeculativeBatch:
+    def __init__(self, opts: Options, p: dict) -> None:
+        m = opts.model
+        self.opts, self.slots = opts, opts.slots
+        self.r, self.r_draft, self.look, self.alpha = p["r"], p["r_draft"], p["lookahead"], p["init_scale"]
+        # drafting may run up to lookahead positions past the last kept token
+        self.runner = Runner.get(m, opts.slots, cache_length(m, opts.longest + self.look) + self.look, p["kv_cache"],
+                                 max_steps=max(self.r, self.r_draft))
+        self.req: list[Request | None] = [None] * self.slots
+        dev = self.runner.device
+        self.last = torch.zeros((self.slots, 1), dtype=torch.long, device=dev)
+        self.committed = torch.zeros(self.slots, dtype=torch.long, device=dev)
+
+    def check(self, index: int | None, prompt_len: int, max_new_tokens: int) -> None:
+        check_fits(self.opts.model, prompt_len, prompt_len + max_new_tokens, index)
+
+    def _init(self, rows: int, live: list[int]) -> torch.Tensor | None:
+        """Initial states ``(slots, rows, E)``, each live sequence drawing from its own stream (None: zeros)."""
+        if self.alpha <= 0:
+            return None
+        m, run = self.opts.model, self.runner
+        z = torch.zeros((self.slots, rows, m.config.n_embd), device=run.device, dtype=run.dtype)
+        for b in live:
+            n = self.req[b].data["rows"]
+            z[b, :n] = m.initial_state(z[b : b + 1, :n], self.alpha, self.req[b].generator)[0]
+        return z
+
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, depth: int, z: torch.Tensor | None) -> torch.Tensor:
+        run = self.runner
+        if z is None:
+            z = torch.zeros((*ids.shape, self.opts.model.config.n_embd), device=run.device, dtype=run.dtype)
+        return run.graphed(f"spec-r{depth}", lambda i, p, s: run.recur(i, p, depth, s), ids, pos, z)
+
+    # ------------------------------------------------------------------------------------------ prefill
+    def admit(self, slot: int, req: Request) -> None:
+        m, run, L = self.opts.model, self.runner, len(req.prompt)
+        ids = torch.tensor([req.prompt], device=run.device)
+        z = m.initial_state(torch.zeros((1, L, m.config.n_embd), device=run.device, dtype=run.dtype), self.alpha,
+                            req.generator)
+        logits = run.recur(ids, torch.arange(L, device=run.device)[None], self.r, z, rows=run.rows_all[slot : slot + 1])
+        tok = int(self.opts.select(logits[0, -1:], req.generator)[0])
+        req.data = {"tokens": [tok], "accepted": [], "core_passes": self.r, "tokens_forward": self.r * L,
+                    "committed": L, "max_len": min(L + req.max_new_tokens + self.look, m.config.block_size),
+                    "stop": self.opts.stop.first_stop([tok], 0), "rows": 1}
+        self.req[slot] = req
+        self.last[slot, 0], self.committed[slot] = tok, L
+
+    def _done(self, d: dict, max_new: int) -> bool:
+        return d["stop"] is not None or len(d["tokens"]) >= max_new
+
+    # ------------------------------------------------------------------------------------------ one round
+    def step(self) -> list[int]:
+        live = [b for b, q in enumerate(self.req) if q is not None and not self._done(q.data, q.max_new_tokens)]
+        if live:
+            self._round(live)
+        return [b for b, q in enumerate(self.req) if q is not None and self._done(q.data, q.max_new_tokens)]
+
+    def _round(self, live: list[int]) -> None:
+        run, look, sel = self.runner, self.look, self.opts.select
+        gens = [q.generator if q is not None and b in live else None for b, q in enumerate(self.req)]
+        n_draft = [0] * self.slots
+        for b in live:
+            d = self.req[b].data
+            n_draft[b] = max(0, min(look, d["max_len"] - d["committed"]))
+        drafts = torch.zeros((self.slots, look), dtype=torch.long, device=run.device)
+        last = self.last.clone()
+        for j in range(look):  # drafting: each token at r_draft, fed straight back on the device
+            for b in live:
+                self.req[b].data["rows"] = 1
+            drafting = [b for b in live if j < n_draft[b]]
+            z = self._init(1, drafting)
+            logits = self._forward(last, (self.committed + j)[:, None], self.r_draft, z)[:, -1]
+            last = sel.rows(logits, [g if b in drafting else None for b, g in enumerate(gens)])[:, None]
+            drafts[:, j] = last[:, 0]
+        # verify: positions committed … committed+look-1 hold the last token and drafts[:-1]; they predict the drafts
+        ids = torch.cat([self.last, drafts[:, :-1]], dim=1)
+        for b in live:
+            self.req[b].data["rows"] = max(1, n_draft[b])
+        z = self._init(look, live)
+        logits = self._forward(ids, self.committed[:, None] + torch.arange(look, device=run.device), self.r, z)
+        verified = logits.argmax(-1)
+        host_drafts, host_verified = drafts.tolist(), verified.tolist()  # the round's one read-back
+        for b in live:
+            req = self.req[b]
+            d, k = req.data, n_draft[b]
+            draft = host_drafts[b][:k]
+            n_ok = next((i for i, (a, c) in enumerate(zip(host_verified[b], draft)) if a != c), k)
+            new = draft[:n_ok]
+            if n_ok < k or not draft:  # (no draft only where the block size ends the sequence)
+                new.append(host_verified[b][n_ok] if sel.greedy else int(sel(logits[b, n_ok : n_ok + 1], req.generator)[0]))
+            d["accepted"].append(n_ok)
+            d["core_passes"] += k * self.r_draft + self.r
+            d["tokens_forward"] += k * self.r_draft + self.r * max(1, k)
+            d["committed"] += len(new)  # K/V written for rejected positions lie past the pointer and get overwritten
+            before = len(d["tokens"])
+            d["tokens"].extend(new)
+            d["stop"] = self.opts.stop.first_stop(d["tokens"], before)
+            self.last[b, 0], self.committed[b] = d["tokens"][-1], d["committed"]
+
+    def finish(self, slot: int) -> GenerationResult:
+        req, self.req[slot] = self.req[slot], None
+        d, tokens, stopped_by = req.data, req.data["tokens"], "length"
+        if d["stop"]:
+            tokens, stopped_by = tokens[: d["stop"][0]], d["stop"][1]
+        tokens = tokens[: req.max_new_tokens]
+        stats = {
+            "core_passes": d["core_passes"],
+            "tokens_forward": d["tokens_forward"],
+            "steps": 1 + len(d["accepted"]) * 2,  # forward calls: prefill, then a draft phase and a verify pass per round
+            "rounds": len(d["accepted"]),
+            "accepted_per_round": d["accepted"],
+            "new_tokens": len(tokens),
+            "kv_cache_bytes": self.runner.cache.bytes_per_slot(),
+        }
+        return GenerationResult(tokens=tokens, stats=stats, stopped_by=stopped_by)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from recdiff import generate
-from recdiff.cache import KVCache
+from recdiff.cache import SlotKV, make_call
 from tests.conftest import RAVEN_TINY
 
 PROMPT = [5, 17, 300, 42, 9]
@@ -27,19 +27,26 @@ def test_cached_generation_equals_full_recomputation(load_fixture_model):
         assert generate(model, PROMPT, "static", max_new_tokens=10, r=r, kv_cache="per_step").tokens == expected
 
 
+def _decode_one(model, cache, ids, pos, r, row=0):
+    """P, r recurrences, C for one position of one cache row, through the cache."""
+    call = make_call(model.freqs_cis, torch.tensor([[pos]]), cache.length, rows=torch.tensor([row]))
+    e = model.embed(ids, call, cache)
+    z = torch.zeros_like(e)
+    for k in range(r):
+        z = model.core_step(z, e, call, cache, k)
+    return model.decode(z, call, cache)
+
+
 def test_cached_logits_equal_full_forward_logits(load_fixture_model):
-    """Decode one position at a time through the cache: every row equals the no-cache forward's row."""
+    """Decode one position at a time through the cache, in row 1 of a 3-row cache (rows are independent): every
+    row equals the no-cache forward's row."""
     model = load_fixture_model(RAVEN_TINY)
     ids = torch.tensor([PROMPT + [7, 8, 9]])
     full, _ = model(ids, r=4)
-    model.setup_cache(ids.shape[1], "per_step", max_steps=4)
-    rows = []
-    for pos in range(ids.shape[1]):
-        e = model.embed(ids[:, pos : pos + 1], pos)
-        z = torch.zeros_like(e)
-        for k in range(4):
-            z = model.core_step(z, e, pos, k)
-        rows.append(model.decode(z, pos)[0, 0])
+    cache = SlotKV(model.config, 3, 16, "per_step", max_steps=4)
+    for t in cache.k + cache.v:
+        t[0] = 1e3  # another sequence's rows must not leak in
+    rows = [_decode_one(model, cache, ids[:, p : p + 1], p, 4, row=1)[0, 0] for p in range(ids.shape[1])]
     torch.testing.assert_close(torch.stack(rows), full[0], atol=1e-5, rtol=1e-5)
 
 
@@ -47,8 +54,8 @@ def test_shared_cache_uses_r_times_less_core_memory(load_fixture_model):
     model = load_fixture_model(RAVEN_TINY)
     cfg = model.config
     for r in (4, 32):
-        shared = KVCache(cfg, 100, "shared", max_steps=r)
-        per_step = KVCache(cfg, 100, "per_step", max_steps=r)
+        shared = SlotKV(cfg, 1, 100, "shared", max_steps=r)
+        per_step = SlotKV(cfg, 1, 100, "per_step", max_steps=r)
         per_layer = 2 * 100 * cfg.num_key_value_heads * cfg.head_dim * 4  # K and V, float32
         n_fixed = cfg.n_layers_in_prelude + cfg.n_layers_in_coda
         assert shared.nbytes() == per_layer * (n_fixed + cfg.n_layers_in_recurrent_block)  # = a fixed-depth model
@@ -61,28 +68,19 @@ def test_shared_cache_uses_r_times_less_core_memory(load_fixture_model):
 
 
 def test_rollback_is_a_pointer_move_and_stale_entries_are_never_read(load_fixture_model):
-    """Write garbage beyond the pointer, then decode: results unchanged (speculative rollback relies on it)."""
+    """Write garbage beyond the current position, then decode: results unchanged (speculative rollback and the
+    diffusion wavefront rely on it), and nothing is reallocated."""
     model = load_fixture_model(RAVEN_TINY)
-    ids = torch.tensor([PROMPT])
-    cache = model.setup_cache(16, "shared")
-    e = model.embed(ids, 0)
+    cache = SlotKV(model.config, 2, 16, "shared")
+    call = make_call(model.freqs_cis, torch.arange(len(PROMPT))[None], cache.length, rows=torch.tensor([0]))
+    e = model.embed(torch.tensor([PROMPT]), call, cache)
     z = torch.zeros_like(e)
     for k in range(4):
-        z = model.core_step(z, e, 0, k)
-    model.decode(z, 0)
-    cache.length = len(PROMPT)
-    k_ptr = cache.k.data_ptr()
-
-    def next_logits():
-        nxt = torch.tensor([[11]])
-        e1 = model.embed(nxt, len(PROMPT))
-        z1 = torch.zeros_like(e1)
-        for k in range(4):
-            z1 = model.core_step(z1, e1, len(PROMPT), k)
-        return model.decode(z1, len(PROMPT))
-
-    before = next_logits()
-    cache.k[:, :, :, len(PROMPT) + 1 :] = 1e3  # stale entries past the pointer
-    cache.v[:, :, :, len(PROMPT) + 1 :] = -1e3
-    torch.testing.assert_close(next_logits(), before, atol=0, rtol=0)
-    assert cache.k.data_ptr() == k_ptr  # nothing reallocated
+        z = model.core_step(z, e, call, cache, k)
+    model.decode(z, call, cache)
+    ptrs = [t.data_ptr() for t in cache.k + cache.v]
+    before = _decode_one(model, cache, torch.tensor([[11]]), len(PROMPT), 4)
+    for t in cache.k + cache.v:
+        t[:, len(PROMPT) + 1 :] = 1e3  # stale entries past the position
+    torch.testing.assert_close(_decode_one(model, cache, torch.tensor([[11]]), len(PROMPT), 4), before, atol=0, rtol=0)
+    assert [t.data_ptr() for t in cache.k + cache.v] == ptrs  # nothing reallocated

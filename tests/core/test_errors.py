@@ -85,16 +85,29 @@ def test_unknown_sampler_and_parameter(model):
 
 
 @pytest.mark.parametrize("sampler", ["static", "adaptive", "speculative", "diffusion"])
-@pytest.mark.parametrize("r", [0, -3, 2.5])
-def test_non_positive_r(model, sampler, r):
-    with pytest.raises(RecdiffError, match=f"r={r!r} must be an integer >= 1"):
+@pytest.mark.parametrize("r", [0, -3, 2.5, 10**6])
+def test_recurrence_out_of_range(model, sampler, r):
+    with pytest.raises(RecdiffError, match=f"r={r!r} must be an integer in \\[1, 1024\\]"):
         generate(model, [1, 2], sampler, r=r)
+
+
+@pytest.mark.parametrize("sampler, params, message", [
+    ("diffusion", {"r": 4, "r_inner": 8}, "r_inner=8 exceeds r=4"),
+    ("diffusion", {"wavefront": 4, "headway": 5}, "headway=5 exceeds wavefront=4"),
+    ("speculative", {"r": 4, "r_draft": 8}, "r_draft=8 exceeds r=4"),
+])
+def test_invalid_combinations_fail_in_the_api_as_in_the_sweep(model, sampler, params, message):
+    from recdiff.trial import check_combination
+
+    with pytest.raises(RecdiffError, match=message):
+        generate(model, [1, 2], sampler, **params)
+    assert message in check_combination(sampler, params)  # the sweep's pre-flight check: the same rule
 
 
 @pytest.mark.parametrize(
     "params, message",
     [
-        ({"r_inner": 0}, "r_inner=0 must be an integer >= 1"),
+        ({"r_inner": 0}, "r_inner=0 must be an integer in \\[1, 1024\\]"),
         ({"wavefront": 0}, "wavefront=0 must be an integer >= 1"),
         ({"headway": 0}, "headway=0 must be an integer >= 1"),
         ({"beta": 1.5}, "beta=1.5 must be in \\[0, 1\\]"),
@@ -115,14 +128,24 @@ def test_bad_diffusion_configuration_fails_before_compute(model, params, message
 
 
 def test_other_bad_inputs(model):
-    with pytest.raises(RecdiffError, match="prompt is empty"):
+    with pytest.raises(RecdiffError, match="is empty"):
         generate(model, [], "static")
     with pytest.raises(RecdiffError, match="outside the vocabulary"):
         generate(model, [1, 600], "static")
     with pytest.raises(RecdiffError, match="max_new_tokens=0"):
         generate(model, [1], "static", max_new_tokens=0)
-    with pytest.raises(RecdiffError, match="temperature"):
-        generate(model, [1], "static", temperature=-1)
+    for t in (-1, float("nan"), "0.5"):
+        with pytest.raises(RecdiffError, match="temperature"):
+            generate(model, [1], "static", temperature=t)
+    for seed in (1.5, "3", True):
+        with pytest.raises(RecdiffError, match="seed=.* must be an integer"):
+            generate(model, [1], "static", seed=seed)
+    for prompts, message in [("hello", "must be a list of token ids"), (None, "must be a list of token ids"),
+                             ([1.0, 2.0], "token ids must be integers"), ([[1, 2], 3], "mix token ids and lists"),
+                             ([[1, 2], []], "prompt 1 is empty"), ([[1], [2, 600]], "prompt 1 holds token ids outside"),
+                             ([], "is empty")]:
+        with pytest.raises(RecdiffError, match=message):
+            generate(model, prompts, "static")
     with pytest.raises(RecdiffError, match="top_p"):
         generate(model, [1], "static", temperature=0.5, top_p=0)
     with pytest.raises(RecdiffError, match="stop_strings need a tokenizer"):

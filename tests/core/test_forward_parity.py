@@ -24,9 +24,9 @@ def test_prelude_and_single_core_steps_match_reference(fixture_dir, load_fixture
     ref = load_file(fixture_dir / "forward.safetensors")
     for name, ids in json.loads((fixture_dir / "prompts.json").read_text()).items():
         with torch.no_grad():
-            e = model.embed(torch.tensor([ids]), use_cache=False)
+            e = model.embed(torch.tensor([ids]))
             torch.testing.assert_close(e, ref[f"{name}.prelude_out"], atol=1e-5, rtol=1e-5)
             s = torch.zeros_like(e)  # init_scale 0
             for i in range(1, 5):
-                s = model.core_step(s, e, step=i - 1, use_cache=False)
+                s = model.core_step(s, e, step=i - 1, )
                 torch.testing.assert_close(s, ref[f"{name}.core_state_iter{i}"], atol=1e-5, rtol=1e-5)

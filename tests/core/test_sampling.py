@@ -49,10 +49,10 @@ def _contractive(d):
 def test_tiny_epsilon_and_large_wavefront_converge_to_static_ar(fixture_dir):
     model = _contractive(fixture_dir)
     for prompt in _prompts(fixture_dir):
-        e = model.embed(torch.tensor([prompt]), use_cache=False)
+        e = model.embed(torch.tensor([prompt]))
         s, deltas = torch.zeros_like(e), []
         for _ in range(48):
-            s_new = model.core_step(s, e, use_cache=False)
+            s_new = model.core_step(s, e)
             deltas.append(relative_change(s_new, s).max().item())
             s = s_new
         assert deltas[-1] < 1e-5 < deltas[1]  # it is a contraction, but not a trivial one

@@ -1,0 +1,58 @@
+"""The scheduler: which sequence runs in which slot (continuous batching). Plain Python over host-side records.
+
+A sampler's batch state (:class:`SlotBatch`) prefills a request into a free slot (``admit``), advances every
+occupied slot by one sampler step (``step``, which reads back from the device once and returns the slots that
+finished) and hands over a finished slot's result (``finish``). :func:`run_batched` keeps every slot busy: a
+sequence that finishes leaves and the next waiting prompt takes its place, so one long answer does not hold
+the others, and results come back in the order of the prompts.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+import torch
+
+
+@dataclass
+class Request:
+    """One prompt and everything that is its own: its length limit and its random stream."""
+
+    index: int
+    prompt: list[int]
+    max_new_tokens: int
+    generator: torch.Generator
+    data: dict[str, Any] = field(default_factory=dict)  # the sampler's host-side per-sequence record
+
+
+class SlotBatch(Protocol):
+    slots: int
+
+    def admit(self, slot: int, request: Request) -> None: ...
+
+    def step(self) -> list[int]: ...
+
+    def finish(self, slot: int) -> Any: ...
+
+
+def run_batched(batch: SlotBatch, requests: list[Request], progress: Callable[[int], None] | None = None) -> list[Any]:
+    waiting = deque(requests)
+    free = list(range(batch.slots))[::-1]
+    busy: set[int] = set()
+    results: list[Any] = [None] * len(requests)
+    owner: dict[int, int] = {}
+    while waiting or busy:
+        while waiting and free:
+            slot, req = free.pop(), waiting.popleft()
+            owner[slot] = req.index
+            batch.admit(slot, req)
+            busy.add(slot)
+        for slot in batch.step():
+            results[owner.pop(slot)] = batch.finish(slot)
+            busy.discard(slot)
+            free.append(slot)
+            if progress is not None:
+                progress(1)
+    return results
