@@ -3,12 +3,14 @@
 Each Hydra job either runs one trial and records it in the Optuna study (``study.mode=grid``) or runs an
 ask/tell loop until the study holds ``study.n_trials`` trials (``study.mode=search``). Everything but the
 entry point lives in :mod:`recdiff.study` (Optuna) and :mod:`recdiff.trial` (config -> measurements).
-Bad input (a config typo, a wrong type, an unknown storage, a missing model) ends with one line
-``error: ...`` on stderr and exit code 2 (``RECDIFF_TRACEBACK=1`` shows the traceback instead).
+Bad input (a config typo, a wrong type, an out-of-range setting, an unknown or unwritable storage, a missing model)
+ends with one line ``error: ...`` on stderr and exit code 2, before any model loads and with nothing recorded
+(``RECDIFF_TRACEBACK=1`` shows the traceback instead). A sweep that recorded trials and completed none exits 1.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -35,11 +37,31 @@ def main(cfg: DictConfig) -> tuple[float, float] | None:
         raise SystemExit(2) from None
 
 
+def with_search_path(argv: list[str]) -> list[str]:
+    """``argv`` plus ``hydra.searchpath`` (the paper recipes in sweeps/, group `sweeps`), placed where no Hydra flag
+    can take it for its value (``--info`` takes an optional one): overrides first, then the flags."""
+    from hydra._internal.utils import get_args_parser
+
+    if any(a.startswith("hydra.searchpath") for a in argv):
+        return argv
+    parser = get_args_parser()
+    parser.exit_on_error = False
+    try:
+        args, extra = parser.parse_known_args(argv)
+    except argparse.ArgumentError:
+        return [*argv, f"hydra.searchpath=[file://{REPO}]"]   # Hydra reports the bad flag itself
+    flags = list(argv)
+    for override in args.overrides:
+        flags.remove(override)
+    return [*args.overrides, f"hydra.searchpath=[file://{REPO}]", *flags]
+
+
 def cli(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    # Paper recipes live in sweeps/ (group `sweeps`); Hydra finds them through this search path.
-    if not any(a.startswith("hydra.searchpath") for a in argv):
-        argv.append(f"hydra.searchpath=[file://{REPO}]")
+    """Exit status: 0, 1 when the sweep recorded trials and completed none, 2 for bad input (one line), 130 when
+    interrupted."""
+    from recdiff.study import sweep_status
+
+    argv = with_search_path(list(sys.argv[1:] if argv is None else argv))
     # Exceptions reach us instead of Hydra's multi-line report; we print one line.
     os.environ["HYDRA_FULL_ERROR"] = "1"
     sys.argv = [sys.argv[0], *argv]
@@ -55,6 +77,9 @@ def cli(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {describe_error(exc)}", file=sys.stderr)
         return 2
+    if sweep_status.LAST is not None and sweep_status.LAST.nothing_completed:
+        print(f"error: {sweep_status.LAST}", file=sys.stderr)
+        return 1
     return 0
 
 

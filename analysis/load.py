@@ -20,6 +20,9 @@ import polars as pl
 
 from analysis.labels import OBJECTIVES, SAMPLER_KEYS
 from recdiff.errors import RecdiffError
+from recdiff.study.identity import differences, trial_identity
+from recdiff.study.identity import key as identity_key
+from recdiff.study.journal import JournalFile, replayed
 
 DEFAULT_STORAGE = Path("outputs/optuna/journal.log")
 ATTR_COLUMNS: tuple[str, ...] = (
@@ -61,8 +64,11 @@ def _storage(spec: str, base: Path | None = None) -> tuple[Any, Path | None]:
         magic = fh.read(16)
     if magic == b"SQLite format 3\x00":
         return f"sqlite:///{path.resolve()}", path.parent
-    backend = optuna.storages.journal.JournalFileBackend(str(path))
-    return optuna.storages.JournalStorage(backend), path.parent
+    try:
+        backend = JournalFile(str(path))
+    except OSError as exc:
+        raise RecdiffError(f"cannot read journal {path}: {exc.strerror or exc}") from None
+    return replayed(backend, lambda: optuna.storages.JournalStorage(backend)), path.parent
 
 
 def _open(storage: Any, study_name: str | None, where: str) -> optuna.Study:
@@ -179,6 +185,8 @@ def _row(number: int, state: str, params: Mapping, values: Mapping, attrs: Mappi
     row["samples_path"] = _resolve_path(attrs.get("samples_path"), bases)
     row["trace_paths"] = [_resolve_path(p, bases) for p in (attrs.get("trace_paths") or [])]
     row["fail_reason"] = attrs.get("fail_reason")
+    identity = trial_identity(attrs)
+    row["identity"] = identity_key(identity) if identity is not None else None
     return row
 
 
@@ -200,7 +208,7 @@ def _column(name: str, values: list[Any]) -> pl.Series:
 
 _NULL_DTYPES: dict[str, pl.DataType] = {
     **dict.fromkeys(("study", "state", "sampler", "benchmark", "model", "beta_schedule", "freeze", "kv_cache",
-                     "output_dir", "samples_path", "fail_reason"), pl.String()),
+                     "output_dir", "samples_path", "fail_reason", "identity"), pl.String()),
     **dict.fromkeys(("r_inner", "wavefront", "headway", "r", "r_draft", "lookahead", "max_steps", "n_samples",
                      "peak_memory_bytes", "kv_cache_bytes"), pl.Int64()),
     **dict.fromkeys(("beta", "eta", "epsilon", "init_scale", "accuracy", "tokens_per_s", "accuracy_low",
@@ -211,7 +219,7 @@ _NULL_DTYPES: dict[str, pl.DataType] = {
 
 def _frame(rows: list[dict[str, Any]], objectives: Iterable[str]) -> pl.DataFrame:
     head = ["study", "number", "state", "sampler", "benchmark", "model", *SAMPLER_KEYS]
-    tail = [*objectives, "accuracy_low", "accuracy_high", *ATTR_COLUMNS[2:], "fail_reason"]
+    tail = [*objectives, "accuracy_low", "accuracy_high", *ATTR_COLUMNS[2:], "fail_reason", "identity"]
     seen = dict.fromkeys(head)
     for row in rows:
         seen.update(dict.fromkeys(k for k in row if k not in tail))
@@ -261,6 +269,25 @@ def load_trials(source: Any, study_name: str | None = None) -> pl.DataFrame:
     if not rows:
         raise RecdiffError(f"study {res.name!r} has no trials")
     return _frame(rows, names)
+
+
+def check_identities(df: pl.DataFrame) -> None:
+    """Refuse a table whose COMPLETE trials of one benchmark were measured under different identities (another
+    slice, model, max_new_tokens, temperature, ...): they are never averaged or put on one Pareto front. The column
+    ``identity`` holds each trial's identity (recdiff.study.identity); keys unknown for a trial are not compared."""
+    if "identity" not in df.columns or "benchmark" not in df.columns:
+        return
+    done = df.filter(pl.col("state") == "COMPLETE") if "state" in df.columns else df
+    for part in done.filter(pl.col("identity").is_not_null()).partition_by("benchmark", maintain_order=True):
+        first = part.row(0, named=True)
+        for row in part.unique("identity", keep="first", maintain_order=True).iter_rows(named=True):
+            diffs = differences(json.loads(first["identity"]), json.loads(row["identity"]))
+            if diffs:
+                what = "; ".join(f"{k}={a!r} in trial {first['number']}, {b!r} in trial {row['number']}"
+                                 for k, a, b in diffs)
+                raise RecdiffError(f"study {study_name_of(df)}: benchmark {first['benchmark']} holds trials measured "
+                                   f"under different settings ({what}); they are never averaged or put on one Pareto "
+                                   "front: analyse them as separate studies")
 
 
 def study_name_of(df: pl.DataFrame) -> str:

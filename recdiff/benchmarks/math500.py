@@ -34,7 +34,7 @@ class MATH500(Benchmark):
         self.split = split
 
     def _rows(self) -> tuple[list[dict], str]:
-        return load_rows(self.name, self.path, self.dataset_id, None, self.split)
+        return load_rows(self.name, self.path, self.dataset_id, None, self.split, ("problem", "answer"))
 
     def _problem(self, row: dict, index: int) -> Problem:
         meta = {k: row[k] for k in ("subject", "level", "solution") if k in row}

@@ -83,7 +83,8 @@ class MBPP(CodeBenchmark):
         self.split, self.n_shot = split, int(n_shot)
 
     def _rows(self) -> tuple[list[dict], str]:
-        return load_rows(self.name, self.path, self.dataset_id, "full", self.split)
+        return load_rows(self.name, self.path, self.dataset_id, "full", self.split,
+                         ("task_id", "text", "code", "test_list"))
 
     def _problem(self, row: dict, index: int) -> Problem:
         return Problem(id=f"{self.name}/{row['task_id']}", question=row["text"], reference=row["code"],

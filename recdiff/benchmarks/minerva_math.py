@@ -112,7 +112,7 @@ class MinervaMath(Benchmark):
             wanted = {SUBJECTS[s] for s in self.subjects}
             by_type = {v: k for k, v in SUBJECTS.items()}
             rows, seen = [], {s: 0 for s in SUBJECTS}
-            for r in read_local(local):
+            for r in read_local(local, ("problem", "solution", "type")):
                 if r.get("type") in wanted:
                     subj = by_type[r["type"]]
                     rows.append(dict(r, _subject=subj, _index=seen[subj]))

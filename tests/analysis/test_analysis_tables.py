@@ -76,3 +76,31 @@ def test_no_reference_no_relative(paper_df):
     assert t.relative == [] and "Relative" not in t.to_markdown()
     with pytest.raises(RecdiffError):
         sampler_table(paper_df.clear())
+
+
+def test_trials_measured_under_different_slices_are_never_averaged(tmp_path):
+    """Two runs of one setting on different benchmark.limit in one study (what older sweeps allowed): Table 1 and the
+    report refuse, naming the key, instead of averaging them."""
+    import optuna
+
+    from analysis import load_trials
+    from analysis.report import write_report
+
+    study = optuna.create_study(study_name="mixed", directions=["maximize", "maximize"])
+    for n, (limit, acc) in enumerate([(2, 1.0), (32, 0.25), (32, 0.5)]):
+        config = {"sampler": {"name": "static", "r": 32}, "benchmark": {"name": "arith", "limit": limit},
+                  "model": {"path": "recdiff/assets/embedded"}, "run": {"max_new_tokens": 8}}
+        study.add_trial(optuna.trial.create_trial(values=[acc, 10.0], params={"r": 32},
+                                                  distributions={"r": optuna.distributions.IntDistribution(1, 64)},
+                                                  user_attrs={"config": config}))
+    df = load_trials(study)
+    assert df["identity"].n_unique() == 2
+    with pytest.raises(RecdiffError, match=r"benchmark arith holds trials measured under different settings "
+                                           r"\(benchmark.limit=2 in trial 0, 32 in trial 1\)"):
+        sampler_table(df)
+    with pytest.raises(RecdiffError, match=r"benchmark.limit=2 in trial 0, 32 in trial 1"):
+        write_report(df, tmp_path / "report", progress=None)
+    assert not (tmp_path / "report").exists()
+    # one identity: the repeated trials of a setting are averaged as before
+    same = df.filter(pl.col("number") > 0)
+    assert sampler_table(same).rows[0].cells["arith"] == (0.375, 10.0)

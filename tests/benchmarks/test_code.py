@@ -107,6 +107,18 @@ def test_cpu_limit_and_output_truncation():
     assert r.status == "timeout" and r.wall_s < 8 and leftovers(r) == []
 
 
+def test_running_out_of_cpu_time_is_a_timeout():
+    """The CPU-time limit backs up the wall clock and reports the same way, so an infinite loop ends as "timeout"
+    whichever limit fires first (they raced on a loaded machine). The program lowers its own CPU limit to make the CPU
+    limit fire first here."""
+    code = ("import sys\ndel sys.modules['resource']\nimport resource\n"
+            "resource.setrlimit(resource.RLIMIT_CPU, (1, 3))\nwhile True:\n    pass\n")
+    r = run(Job(code), Limits(timeout_s=8))
+    assert r.status == "timeout" and "SIGXCPU" in r.error and r.wall_s < 6 and leftovers(r) == []
+    r = run(Job("while True:\n    pass\n"), Limits(timeout_s=1.5))
+    assert r.status == "timeout" and r.error == "wall-clock timeout after 1.5 s"
+
+
 def test_run_many_keeps_order():
     res = run_many([Job(f"assert {i} % 2 == 0") for i in range(6)], workers=2)
     assert [r.passed for r in res] == [True, False, True, False, True, False]

@@ -45,3 +45,21 @@ def test_register_one_liner():
 def test_arith_is_lazy_registered():
     b = get_benchmark("arith", limit=2)
     assert len(b.problems()) == 2
+
+
+@pytest.mark.parametrize("name, fields", [
+    ("gsm8k", "question, answer"), ("math500", "problem, answer"), ("mbpp", "task_id, text, code, test_list"),
+    ("humaneval", "task_id, prompt, canonical_solution, test, entry_point"),
+    ("minerva_math", "problem, solution, type"),
+])
+def test_local_file_messages_name_the_expected_fields(write_jsonl, name, fields):
+    from recdiff.errors import RecdiffError
+
+    wrong = write_jsonl("wrong.jsonl", [{"q": "1+1?", "a": "2"}])
+    first = fields.split(", ")[0]
+    with pytest.raises(RecdiffError, match=rf"^{wrong}: row 1 has no field '{first}' \(expected fields: {fields}; "
+                                           r"found: q, a\)$"):
+        get_benchmark(name, path=str(wrong)).problems()
+    empty = write_jsonl("empty.jsonl", [])
+    with pytest.raises(RecdiffError, match=rf"^{empty} is empty; expected rows with fields {fields}$"):
+        get_benchmark(name, path=str(empty)).problems()

@@ -39,8 +39,10 @@ def test_default_model_config_points_at_the_asset():
     import yaml  # hydra dependency
 
     root = Path(__file__).resolve().parents[2]
+    from recdiff.schema import model_name
+
     cfg = yaml.safe_load((root / "conf" / "model" / "embedded.yaml").read_text())
-    assert cfg["name"] == "embedded"
+    assert model_name(cfg["path"]) == "embedded"   # the name (and the study's prefix) follows the path
     assert (root / cfg["path"]).resolve() == ASSET_DIR.resolve()
 
 

@@ -81,20 +81,22 @@ def test_rerun_skips_identical_configurations(main_run):
 
 @requires_fixture
 def test_failing_trials_are_fail_and_the_sweep_continues(tmp_path):
-    # error, a hang ended by the timeout, an invalid combination, and one good trial, in one multirun
-    proc = run_sweep(["-m", "run.inject_fault=error,hang,null", "sampler=static", "sampler.r=2", "run.timeout_s=5",
-                      *TINY, *job_args(tmp_path)])
+    # error, a hang ended by the timeout, an invalid combination at runtime, and one good trial, in one multirun
+    proc = run_sweep(["-m", "run.inject_fault=error,hang,invalid,null", "sampler=static", "sampler.r=2",
+                      "run.timeout_s=5", *TINY, *job_args(tmp_path)])
+    # an out-of-range setting is a configuration error: exit 2, nothing recorded (not a PRUNED trial per rerun)
     proc2 = run_sweep(["-m", "sampler=static", "sampler.r=0", *TINY, *job_args(tmp_path)[1:],
-                       f"hydra.sweep.dir={tmp_path}/s2"])
+                       f"hydra.sweep.dir={tmp_path}/s2"], check=False)
     info = json.loads((tmp_path / "sweep" / "study.json").read_text())
     trials = load(info["storage"], info["study_name"]).get_trials()
-    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.FAIL, TrialState.COMPLETE, TrialState.PRUNED]
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.FAIL, TrialState.PRUNED, TrialState.COMPLETE]
     assert trials[0].user_attrs["fail_reason"].startswith("RuntimeError: injected error")
     assert trials[1].user_attrs["fail_reason"].startswith("timeout")
-    assert "r=0 must be an integer >= 1" in trials[3].user_attrs["prune_reason"]
+    assert "injected invalid combination" in trials[2].user_attrs["prune_reason"]
     result = json.loads((tmp_path / "sweep" / "1" / "result.json").read_text())
     assert result["state"] == "FAIL" and result["user_attrs"]["fail_kind"] == "timeout"
-    assert proc.returncode == proc2.returncode == 0
+    assert proc.returncode == 0
+    assert proc2.returncode == 2 and proc2.stderr.strip() == "error: static sampler: r=0 must be an integer in [1, 1024]"
 
 
 @requires_fixture
@@ -160,6 +162,21 @@ def test_every_config_file_composes(overrides):
         assert resolved["study"]["name"].startswith(overrides[0].split("=")[1])
 
 
+@pytest.mark.parametrize("args, expect", [
+    (["--info"], "Installed Hydra Plugins"),
+    (["--info", "defaults", "sampler=static"], "sampler/static"),
+    (["--cfg", "job", "sampler.r_inner=8"], "r_inner: 8"),
+    (["sampler.r_inner=8", "--cfg", "job", "--package", "sampler"], "r_inner: 8"),
+    (["sampler.r_inner=8", "--help"], "Compose your configuration from those groups"),
+    (["-m", "sampler.r_inner=1,2", "--cfg", "job"], "error: Only one of --run, --multirun"),   # Hydra's own rule
+])
+def test_hydra_flags_work_next_to_overrides(args, expect):
+    proc = run_sweep(args, check=False, timeout=120)
+    assert expect in proc.stdout + proc.stderr, proc.stdout[-1500:] + proc.stderr[-1500:]
+    assert proc.returncode == (2 if expect.startswith("error") else 0)
+    assert "Traceback" not in proc.stderr
+
+
 def test_paper_defaults():
     s = compose_cfg().sampler
     assert (s.name, s.epsilon, s.beta, s.eta, s.r_inner, s.wavefront) == ("diffusion", 0.03, 0.0, 0.1, 4, 128)
@@ -187,6 +204,18 @@ def test_bad_input_is_one_clean_line(tmp_path, override, message):
 # ---------------------------------------------------------------------------------------------- dashboard
 
 
+def dashboard_executable() -> str:
+    """Installed next to the interpreter, which need not be on PATH (`<venv>/bin/python -m pytest`)."""
+    beside = Path(sys.executable).with_name("optuna-dashboard")
+    return str(beside) if beside.exists() else "optuna-dashboard"
+
+
+def test_dashboard_is_found_without_path(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    proc = subprocess.run([dashboard_executable(), "--version"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip()
+
+
 @pytest.fixture(scope="module")
 def dashboard(main_run):
     import socket
@@ -197,7 +226,7 @@ def dashboard(main_run):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen(["optuna-dashboard", info["storage"], "--artifact-dir", info["artifact_dir"],
+    proc = subprocess.Popen([dashboard_executable(), info["storage"], "--artifact-dir", info["artifact_dir"],
                              "--host", "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"

@@ -145,6 +145,7 @@ def test_stale_running_trial_is_failed_and_retried(tmp_path, monkeypatch):
     storage = rs.open_storage(cfg.study.storage, heartbeat_interval=1, grace_period=1)
     study = rs.open_study(cfg.study, storage, rs.make_sampler(cfg.study))
     dead = study.ask(rs.search_space(cfg))          # a worker that asked, then died without a heartbeat
+    dead.set_user_attr("n_samples", 99)             # something the failed attempt had measured
     storage.record_heartbeat(dead._trial_id)
     time.sleep(1.5)
     study = rs.open_study(cfg.study, rs.open_storage(cfg.study.storage, 1, 1), rs.make_sampler(cfg.study))
@@ -154,6 +155,8 @@ def test_stale_running_trial_is_failed_and_retried(tmp_path, monkeypatch):
     assert not study.get_trials(states=(TrialState.RUNNING, TrialState.WAITING))
     (retried,) = study.get_trials(states=(TrialState.COMPLETE,))
     assert retried.params == trials[0].params and retried.system_attrs["failed_trial"] == 0
+    # the retry carries nothing of the failed attempt: no stale fail_reason, its own measurements
+    assert not {"fail_kind", "fail_reason"} & set(retried.user_attrs) and retried.user_attrs["n_samples"] == 1
     assert rs.count_trials(study) == (1, 0)
 
 

@@ -1,0 +1,130 @@
+"""What a trial measures, apart from the sampler: its identity. Trials of different identities are never averaged.
+
+The identity is the benchmark with its slice (every option but ``workers``, which only sets how fast code is scored),
+the model (path or hub id, a digest of its weights, the dtype it runs in, its tokenizer) and the generation settings
+``run.max_new_tokens``, ``run.temperature`` and ``run.top_p``. Every trial records it (user attribute ``identity``).
+
+A study holds one identity per benchmark, and one model and one temperature/top-p over all its benchmarks (Table 1
+spans four benchmarks in one study). A sweep whose identity differs is refused before the model loads, with one line
+naming the differing keys: pick another ``study.name``. The same weights under another path count as the same model.
+Trials recorded before identities existed are judged by their recorded config (weights unknown).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from recdiff.errors import RecdiffError
+
+BENCHMARK_OPERATIONAL = ("workers",)                       # how fast a benchmark is scored, not what it scores
+RUN_KEYS = ("max_new_tokens", "temperature", "top_p")
+STUDY_WIDE = ("model.", "run.temperature", "run.top_p")    # the same over all benchmarks of a study
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_DIGESTS: dict[tuple[str, int, int], str] = {}            # (file, size, mtime) → sha256, once per process
+
+
+def identity_from_config(config: Mapping[str, Any], weights: str | None = None,
+                         dtype: str | None = None) -> dict[str, Any]:
+    """The identity of a resolved config (``user_attrs["config"]`` of a trial). Unknown parts are left out."""
+    bench = {k: v for k, v in (config.get("benchmark") or {}).items() if k not in BENCHMARK_OPERATIONAL}
+    m = config.get("model") or {}
+    model = {"path": m.get("path")}
+    if weights is not None:
+        model["weights"] = weights
+    if (dtype or m.get("dtype")) is not None:
+        model["dtype"] = dtype or m.get("dtype")
+    if "tokenizer" in m:
+        model["tokenizer"] = m["tokenizer"]
+    run = {k: v for k, v in (config.get("run") or {}).items() if k in RUN_KEYS}
+    return {"benchmark": bench, "model": model, "run": run}
+
+
+def trial_identity(user_attrs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A recorded trial's identity; derived from its config for trials recorded before identities existed."""
+    if isinstance(user_attrs.get("identity"), Mapping):
+        return dict(user_attrs["identity"])
+    if isinstance(user_attrs.get("config"), Mapping):
+        return identity_from_config(user_attrs["config"])
+    return None
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, Mapping):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(dotted key, value in a, value in b) for each key known on both sides whose values differ."""
+    fa, fb = flatten(a), flatten(b)
+    same_weights = "model.weights" in fa and fa.get("model.weights") == fb.get("model.weights")
+    return [(k, fa[k], fb[k]) for k in sorted(fa.keys() & fb.keys())
+            if fa[k] != fb[k] and not (k == "model.path" and same_weights)]
+
+
+def key(identity: Mapping[str, Any]) -> str:
+    """A stable text for grouping: JSON with sorted keys, the path left out when the weights are known."""
+    flat = flatten(identity)
+    if "model.weights" in flat:
+        flat.pop("model.path", None)
+    return json.dumps(flat, sort_keys=True, default=str)
+
+
+def conflict(theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """The differences that keep two identities out of one study (all of them within one benchmark)."""
+    same_benchmark = (theirs.get("benchmark") or {}).get("name") == (ours.get("benchmark") or {}).get("name")
+    return [d for d in differences(theirs, ours) if same_benchmark or d[0].startswith(STUDY_WIDE)]
+
+
+def check_identity(study: optuna.Study, identity: Mapping[str, Any]) -> None:
+    """Refuse, in one line naming the differing keys, a run measured otherwise than the study's trials."""
+    seen: set[str] = set()
+    for t in study.get_trials(deepcopy=False):
+        theirs = trial_identity(t.user_attrs)
+        if theirs is None or key(theirs) in seen:
+            continue
+        seen.add(key(theirs))
+        diffs = conflict(theirs, identity)
+        if diffs:
+            what = "; ".join(f"{k}={b!r} here, {a!r} there" for k, a, b in diffs)
+            raise RecdiffError(f"study {study.study_name!r} holds trials measured otherwise (trial {t.number}): {what}. "
+                               "Trials measured differently never share a study: set another study.name, or the "
+                               "study's settings")
+
+
+# ------------------------------------------------------------------------------------------------ weights
+
+
+def weights_digest(files: list[Path]) -> str:
+    """sha256 over the weight files (a Hugging Face cache blob is named by its sha256 already), 16 hex digits."""
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f"{f.name}:{file_sha256(f)}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def file_sha256(path: Path) -> str:
+    real = path.resolve()
+    if _HEX64.match(real.name):
+        return real.name
+    st = os.stat(real)
+    cache_key = (str(real), st.st_size, st.st_mtime_ns)
+    if cache_key not in _DIGESTS:
+        h = hashlib.sha256()
+        with open(real, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 24), b""):
+                h.update(block)
+        _DIGESTS[cache_key] = h.hexdigest()
+    return _DIGESTS[cache_key]

@@ -1,0 +1,225 @@
+"""Recording trials: how a trial ended (:class:`Outcome`), its provenance, claims, artifacts and ``result.json``.
+
+A grid trial is claimed before it is evaluated: a RUNNING trial carrying the configuration's ``config_hash``, its
+``identity`` and a heartbeat, so that a second sweep on the study skips the configuration instead of running it too.
+Two claims made at the same moment are settled by trial number (the lower one runs; the other is PRUNED with
+``duplicate_of``). Artifacts are part of the record: a trial whose artifacts cannot be stored is FAIL, not COMPLETE.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import logging
+import os
+import platform
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.storages import BaseStorage
+from optuna.trial import FrozenTrial, TrialState
+from omegaconf import DictConfig, OmegaConf
+
+from recdiff.errors import RecdiffError
+from recdiff.study.storage import HEARTBEAT_ATTR
+
+log = logging.getLogger("recdiff.study")
+
+# Keys of the config that do not change what a trial measures (left out of the duplicate hash).
+VOLATILE_KEYS = ("study", "worker", "run.progress")
+# Set by the sweep's Hydra callback (recdiff.study.sweep_status): which result.json files this sweep wrote.
+SWEEP_TOKEN_ENV = "RECDIFF_SWEEP_TOKEN"
+
+
+def config_dict(cfg: DictConfig) -> dict[str, Any]:
+    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+
+
+def config_hash(cfg: DictConfig) -> str:
+    """What makes two trials identical: the resolved config without study/bookkeeping keys."""
+    d = config_dict(cfg)
+    for key in VOLATILE_KEYS:
+        node, *rest = key.split(".")
+        if rest:
+            d.get(node, {}).pop(rest[0], None)
+        else:
+            d.pop(node, None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def git_commit() -> str | None:
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def library_versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    v = {"python": platform.python_version()}
+    for pkg in ("recdiff", "torch", "optuna", "numpy", "transformers", "hydra-core", "polars"):
+        try:
+            v[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    import torch
+
+    if torch.version.cuda:
+        v["cuda"] = torch.version.cuda
+    return v
+
+
+def device_name(device: str) -> str:
+    import torch
+
+    if device.startswith("cuda"):
+        return f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
+    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+@dataclass
+class Outcome:
+    state: TrialState
+    values: list[float] | None
+    attrs: dict[str, Any]
+    artifacts: list[str]
+
+
+def evaluate(work: Any, cfg: DictConfig, output_dir: Path) -> Outcome:
+    """Run one trial and classify how it ended; never raises for a trial's own failure."""
+    import torch
+
+    from recdiff.trial import TrialTimeout, run_trial
+
+    try:
+        res = run_trial(work, cfg, output_dir)
+    except RecdiffError as e:
+        return Outcome(TrialState.PRUNED, None, {"prune_reason": f"invalid combination: {e}"}, [])
+    except TrialTimeout as e:
+        return Outcome(TrialState.FAIL, None, {"fail_reason": str(e), "fail_kind": "timeout"}, [])
+    except (torch.OutOfMemoryError, MemoryError) as e:
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return Outcome(TrialState.FAIL, None, {"fail_reason": f"out of memory: {first}", "fail_kind": "oom"}, [])
+    except Exception as e:  # noqa: BLE001 — any other error of the trial is recorded, the sweep goes on
+        log.exception("trial raised")
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        return Outcome(TrialState.FAIL, None, {"fail_reason": f"{type(e).__name__}: {first}".rstrip(": "),
+                                               "fail_kind": "error"}, [])
+    artifacts = [p for p in (res.stability_png, str(Path(res.attrs["output_dir"]) / "samples.csv")) if p]
+    return Outcome(TrialState.COMPLETE, [res.accuracy, res.tokens_per_s], res.attrs, artifacts)
+
+
+def provenance(cfg: DictConfig, device: str, output_dir: Path) -> dict[str, Any]:
+    return {"config": config_dict(cfg), "config_hash": config_hash(cfg), "git_commit": git_commit(),
+            "device": device_name(device), "versions": library_versions(), "output_dir": str(output_dir)}
+
+
+def upload_artifacts(storage: BaseStorage, trial_id: int, paths: list[str], artifact_dir: str) -> None:
+    from optuna.artifacts import FileSystemArtifactStore, upload_artifact
+
+    if not paths:
+        return
+    Path(artifact_dir).mkdir(parents=True, exist_ok=True)
+    store = FileSystemArtifactStore(base_path=artifact_dir)
+    frozen = storage.get_trial(trial_id)
+    for p in paths:
+        if Path(p).is_file():
+            upload_artifact(artifact_store=store, file_path=p, study_or_trial=frozen, storage=storage)
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Atomic: several jobs may write the same file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def write_result(output_dir: Path, trial: FrozenTrial | None, outcome: Outcome, params: dict[str, Any],
+                 extra: dict[str, Any] | None = None) -> None:
+    state = "COMPLETE" if outcome.state == TrialState.COMPLETE else outcome.state.name
+    values = dict(zip(("accuracy", "tokens_per_s"), outcome.values)) if outcome.values else None
+    write_json(output_dir / "result.json", {
+        "params": params, "values": values, "user_attrs": outcome.attrs, "state": state,
+        "trial_number": trial.number if trial is not None else None, "sweep_token": os.environ.get(SWEEP_TOKEN_ENV),
+        **(extra or {})})
+
+
+def log_trial(number: int, outcome: Outcome, params: dict[str, Any]) -> None:
+    shown = " ".join(f"{k}={v}" for k, v in params.items() if k not in ("sampler", "benchmark"))
+    if outcome.state == TrialState.COMPLETE:
+        a, tps = outcome.values
+        lo, hi = outcome.attrs["accuracy_low"], outcome.attrs["accuracy_high"]
+        log.info("trial %d COMPLETE accuracy=%.3f [%.3f, %.3f] tokens_per_s=%.1f | %s", number, a, lo, hi, tps, shown)
+    else:
+        why = outcome.attrs.get("fail_reason") or outcome.attrs.get("prune_reason")
+        log.warning("trial %d %s (%s) | %s", number, outcome.state.name, why, shown)
+
+
+def find_duplicate(study: optuna.Study, digest: str, exclude: int | None = None) -> FrozenTrial | None:
+    """A COMPLETE trial, or one RUNNING elsewhere, with the same configuration."""
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING)):
+        if t.user_attrs.get("config_hash") == digest and t.number != exclude:
+            return t
+    return None
+
+
+def holder(study: optuna.Study, digest: str) -> FrozenTrial | None:
+    """The trial that holds a configuration: a COMPLETE one, else the lowest-numbered RUNNING one."""
+    same = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
+            if t.user_attrs.get("config_hash") == digest]
+    done = [t for t in same if t.state == TrialState.COMPLETE]
+    return done[0] if done else min(same, key=lambda t: t.number, default=None)
+
+
+def claim_trial(study: optuna.Study, params: dict[str, tuple[Any, BaseDistribution]],
+                attrs: dict[str, Any]) -> FrozenTrial:
+    """A RUNNING trial for this configuration, with a first heartbeat: its re-queued retry when there is one (the
+    retry keeps the link to the failed attempt), else a new trial."""
+    storage = study._storage
+    for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        if t.user_attrs.get("config_hash") == attrs["config_hash"] and \
+                storage.set_trial_state_values(t._trial_id, TrialState.RUNNING):   # False: another worker took it
+            storage.set_trial_system_attr(t._trial_id, HEARTBEAT_ATTR, time.time())
+            for k, v in attrs.items():
+                storage.set_trial_user_attr(t._trial_id, k, v)
+            return storage.get_trial(t._trial_id)
+    template = optuna.trial.create_trial(
+        state=TrialState.RUNNING, params={k: v for k, (v, _) in params.items()},
+        distributions={k: d for k, (_, d) in params.items()}, user_attrs=attrs,
+        system_attrs={HEARTBEAT_ATTR: time.time()})
+    template.datetime_start = datetime.datetime.now()
+    return storage.get_trial(storage.create_new_trial(study._study_id, template_trial=template))
+
+
+def store_artifacts(storage: BaseStorage, trial_id: int, outcome: Outcome, artifact_dir: str) -> None:
+    """Upload the outcome's artifacts; when that fails, the outcome becomes FAIL (never a COMPLETE trial pointing at
+    artifacts that were not written)."""
+    try:
+        upload_artifacts(storage, trial_id, outcome.artifacts, artifact_dir)
+    except OSError as e:
+        outcome.state, outcome.values = TrialState.FAIL, None
+        outcome.attrs.update(fail_kind="artifacts",
+                             fail_reason=f"cannot store artifacts in {artifact_dir}: {e.strerror or e}")
+
+
+def finish_trial(study: optuna.Study, trial_id: int, outcome: Outcome, artifact_dir: str) -> FrozenTrial:
+    """Artifacts, user attributes, then the final state of a claimed trial."""
+    storage = study._storage
+    store_artifacts(storage, trial_id, outcome, artifact_dir)
+    for k, v in outcome.attrs.items():
+        storage.set_trial_user_attr(trial_id, k, v)
+    storage.set_trial_state_values(trial_id, outcome.state, values=outcome.values)
+    return storage.get_trial(trial_id)

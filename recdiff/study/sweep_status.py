@@ -1,0 +1,77 @@
+"""The sweep's exit status: a sweep that recorded trials and completed none of them exits non-zero.
+
+A Hydra callback (``conf/hydra/default.yaml``) tags the run with a token that every ``result.json`` of it carries
+(launchers start jobs in other processes, so the token travels in the environment), and at the end counts the
+states of the results under the run or sweep directory. ``sweep.py`` reads :data:`LAST` after Hydra returns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from recdiff.study.record import SWEEP_TOKEN_ENV
+
+
+@dataclass
+class Summary:
+    root: Path
+    states: Counter = field(default_factory=Counter)
+
+    @property
+    def nothing_completed(self) -> bool:
+        """Trials were recorded, and none of them COMPLETE (a skipped duplicate of a COMPLETE trial counts)."""
+        recorded = sum(n for s, n in self.states.items() if s != "SKIPPED")
+        return recorded > 0 and self.states["COMPLETE"] == 0
+
+    def __str__(self) -> str:
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(self.states.items()))
+        return f"no trial of this sweep completed ({counts}); see {self.root}"
+
+
+LAST: Summary | None = None
+
+
+def summarize(root: Path, token: str) -> Summary:
+    summary = Summary(root)
+    for f in root.rglob("result.json"):
+        try:
+            data = json.loads(f.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if data.get("sweep_token") == token:
+            summary.states[str(data.get("state"))] += 1
+    return summary
+
+
+class SweepStatus(Callback):
+    def _start(self) -> None:
+        global LAST
+        LAST = None
+        os.environ[SWEEP_TOKEN_ENV] = uuid.uuid4().hex
+
+    def _end(self, root: str) -> None:
+        global LAST
+        token = os.environ.get(SWEEP_TOKEN_ENV)
+        if token:
+            LAST = summarize(Path(root), token)
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._start()
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._start()
+
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self._end(config.hydra.run.dir)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self._end(config.hydra.sweep.dir)
