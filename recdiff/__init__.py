@@ -18,6 +18,8 @@ _LAZY = {
     "GenerationResult": "recdiff.samplers",
     "SAMPLERS": "recdiff.samplers",
     "sampler_spec": "recdiff.samplers",
+    "check_params": "recdiff.samplers",
+    "default_batch_size": "recdiff.samplers",
     "DiffusionTrace": "recdiff.trace",
 }
 

@@ -121,11 +121,11 @@ def latent_change(model, problems, rs=(8, 16, 32, 64), seed: int = 0, steps_per_
         sol = p.meta["solution"] if steps_per_line is None else arith.write_solution(p.meta["steps"], steps_per_line)
         co = tok.encode(arith.completion_text(sol), add_special_tokens=False)
         ids = torch.tensor([pr + co], dtype=torch.long)
-        e = model.embed(ids, use_cache=False)
+        e = model.embed(ids)
         s = model.initial_state(e, 1.0, gen)
         for i in range(max(rs)):
             prev = s
-            s = model.core_step(s, e, step=i, use_cache=False)
+            s = model.core_step(s, e, step=i)
             if i + 1 in deltas:
                 d = (s - prev).norm(dim=-1) / s.norm(dim=-1)
                 deltas[i + 1].extend(d[0, len(pr):].tolist())

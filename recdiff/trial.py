@@ -100,12 +100,15 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def load_model_cached(path: str, device: str, dtype: str | None) -> Any:
+def load_model_cached(path: str, device: str, dtype: str | None, compile: bool = False) -> Any:
     key = (path, device, dtype)
     if key not in _MODELS:
         import recdiff
 
         _MODELS[key] = recdiff.load_model(path, device=device, dtype=dtype)
+    from recdiff.engine.runner import set_compile
+
+    set_compile(_MODELS[key], compile)  # one model per process; compiled graphs are kept on it across trials
     return _MODELS[key]
 
 
@@ -173,7 +176,7 @@ class Workload:
             before_load(folder, dtype)
         if cfg.run.threads:
             torch.set_num_threads(int(cfg.run.threads))
-        model = load_model_cached(str(folder), device, cfg.model.dtype)
+        model = load_model_cached(str(folder), device, cfg.model.dtype, bool(cfg.model.get("compile", False)))
         return cls(model=model, device=device, benchmark=bench, problems=problems)
 
 
@@ -276,49 +279,73 @@ def run_trial(work: Workload, cfg: DictConfig, output_dir: str | os.PathLike) ->
     )
     prompts = [work.benchmark.render(p, tok) for p in work.problems]
     prompt_ids = [_encode(codec, t) for t in prompts]
+    # a model's context bounds the answer: run.max_new_tokens is an upper limit, not a demand
+    limits = []
+    for problem, ids in zip(work.problems, prompt_ids):
+        room = int(work.model.config.block_size) - len(ids) - 1
+        if room < 1:
+            raise RecdiffError(f"problem {problem.id}: prompt of {len(ids)} tokens does not fit the model's "
+                               f"block_size {work.model.config.block_size}")
+        limits.append(min(room, gen_kwargs["max_new_tokens"]))
     n_traces = int(cfg.run.n_traces) if name == "diffusion" else 0
+    batch_size = int(cfg.run.batch_size or recdiff.default_batch_size(work.model.device))
+    n_speed = min(int(cfg.run.speed_samples), len(prompt_ids))
     fault = cfg.run.inject_fault
     fault = getattr(fault, "value", fault)
+
+    from tqdm.auto import tqdm
+
+    label = f"{name} " + " ".join(f"{k}={v}" for k, v in params.items() if k in ("r", "r_inner", "beta", "epsilon"))
+    bar = tqdm(total=len(prompt_ids) + n_speed, desc=label, file=sys.stderr, disable=not cfg.run.progress,
+               leave=False, dynamic_ncols=True)
+    with deadline(cfg.run.timeout_s) as check_time, PeakMemory(work.device) as mem, bar:
+        _inject(fault)
+
+        def tick(n: int) -> None:
+            bar.update(n)
+            check_time()
+
+        # accuracy: every problem, `batch_size` sequences side by side (continuous batching)
+        for _ in range(int(cfg.run.warmup)):  # untimed: allocations, compilation, graph capture at this batch size
+            recdiff.generate(work.model, prompt_ids[:batch_size], **{**gen_kwargs, "max_new_tokens": min(8, min(limits))},
+                             batch_size=batch_size)
+        with Timer(work.device) as batch_time:
+            results = recdiff.generate(work.model, prompt_ids, **{**gen_kwargs, "max_new_tokens": limits},
+                                       trace=[i < n_traces for i in range(len(prompt_ids))], batch_size=batch_size,
+                                       progress=tick)
+        # speed: the paper's metric, each of the first `speed_samples` problems alone (batch 1), timed
+        for _ in range(int(cfg.run.warmup)):
+            recdiff.generate(work.model, prompt_ids[0], **{**gen_kwargs, "max_new_tokens": min(8, limits[0])})
+        times: list[float] = []
+        speed_tokens: list[int] = []
+        for ids, lim in zip(prompt_ids[:n_speed], limits):
+            with Timer(work.device) as t:
+                alone = recdiff.generate(work.model, ids, **{**gen_kwargs, "max_new_tokens": lim})
+            times.append(t.seconds)
+            speed_tokens.append(int(alone.stats.get("new_tokens", len(alone.tokens))))
+            tick(1)
 
     rows: list[dict[str, Any]] = []
     completions: list[str] = []
     stats: list[dict[str, Any]] = []
     trace_paths: list[str] = []
-    with deadline(cfg.run.timeout_s) as check_time:
-        for _ in range(int(cfg.run.warmup)):   # untimed: allocations, kernel selection, caches
-            recdiff.generate(work.model, prompt_ids[0], **{**gen_kwargs, "max_new_tokens": min(8, gen_kwargs["max_new_tokens"])})
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(work.problems), desc=f"{name} " + " ".join(f"{k}={v}" for k, v in params.items()
-                                                                         if k in ("r", "r_inner", "beta", "epsilon")),
-                   file=sys.stderr, disable=not cfg.run.progress, leave=False, dynamic_ncols=True)
-        with PeakMemory(work.device) as mem, bar:
-            for i, (problem, text, ids) in enumerate(zip(work.problems, prompts, prompt_ids)):
-                if i == 0:
-                    _inject(fault)
-                want_trace = i < n_traces
-                # a model's context bounds the answer: run.max_new_tokens is an upper limit, not a demand
-                room = int(work.model.config.block_size) - len(ids) - 1
-                if room < 1:
-                    raise RecdiffError(f"problem {problem.id}: prompt of {len(ids)} tokens does not fit the model's "
-                                       f"block_size {work.model.config.block_size}")
-                with Timer(work.device) as t:
-                    res = recdiff.generate(work.model, ids, trace=want_trace,
-                                           **{**gen_kwargs, "max_new_tokens": min(room, gen_kwargs["max_new_tokens"])})
-                completion = _cut_at_stop(codec.decode(list(res.tokens)), stops) if tok is None else codec.decode(list(res.tokens))
-                completions.append(completion)
-                stats.append(dict(res.stats))
-                n_new = int(res.stats.get("new_tokens", len(res.tokens)))
-                rows.append(dict(problem_id=str(problem.id), prompt=text, output=completion, reference=str(problem.reference),
-                                 new_tokens=n_new, time_s=t.seconds, tokens_per_s=n_new / t.seconds if t.seconds > 0 else 0.0,
-                                 core_passes=int(res.stats.get("core_passes", 0)), steps=int(res.stats.get("steps", 0))))
-                if want_trace and getattr(res, "trace", None) is not None:
-                    path = out / "traces" / f"{i:03d}_{_safe(problem.id)}.npz"
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    res.trace.save(str(path))
-                    trace_paths.append(str(path))
-                bar.update(1)
-                check_time()
+    for i, (problem, text, res) in enumerate(zip(work.problems, prompts, results)):
+        completion = codec.decode(list(res.tokens))
+        if tok is None:  # byte-level prompts have no stop strings in generate: cut here
+            completion = _cut_at_stop(completion, stops)
+        completions.append(completion)
+        stats.append(dict(res.stats))
+        n_new = int(res.stats.get("new_tokens", len(res.tokens)))
+        timed = i < n_speed
+        rows.append(dict(problem_id=str(problem.id), prompt=text, output=completion, reference=str(problem.reference),
+                         new_tokens=n_new, time_s=times[i] if timed else None,
+                         tokens_per_s=speed_tokens[i] / times[i] if timed and times[i] > 0 else None,
+                         core_passes=int(res.stats.get("core_passes", 0)), steps=int(res.stats.get("steps", 0))))
+        if getattr(res, "trace", None) is not None:
+            path = out / "traces" / f"{i:03d}_{_safe(problem.id)}.npz"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            res.trace.save(str(path))
+            trace_paths.append(str(path))
 
     scores = work.benchmark.score_all(work.problems, completions)
     for row, score in zip(rows, scores):
@@ -340,14 +367,17 @@ def run_trial(work: Workload, cfg: DictConfig, output_dir: str | os.PathLike) ->
 
     attrs = dict(
         accuracy_low=float(low), accuracy_high=float(high), n_samples=n, n_correct=k,
+        # generated tokens per wall-clock second over the whole slice at batch_size: a throughput, not tokens_per_s
+        throughput_tokens_per_s=total_tokens / batch_time.seconds if batch_time.seconds > 0 else 0.0,
+        batch_size=batch_size, speed_samples=n_speed, compiled=bool(work.model.engine_options.get("compile")),
         core_passes_per_token=sum(r["core_passes"] for r in rows) / total_tokens if total_tokens else 0.0,
         peak_memory_bytes=int(mem.bytes), kv_cache_bytes=int(max(kv)) if kv else None,
         mean_new_tokens=total_tokens / n if n else 0.0,
-        time_per_sample_s=sum(r["time_s"] for r in rows) / n if n else 0.0,
+        time_per_sample_s=sum(times) / n_speed if n_speed else 0.0,
         samples_path=str(samples_path), trace_paths=trace_paths, output_dir=str(out),
     )
     return TrialResult(accuracy=k / n if n else 0.0,
-                       tokens_per_s=median_tokens_per_s([r["new_tokens"] for r in rows], [r["time_s"] for r in rows]),
+                       tokens_per_s=median_tokens_per_s(speed_tokens, times),
                        attrs=attrs, rows=rows, stability_png=str(stability_png) if stability_png else None)
 
 

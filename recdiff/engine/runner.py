@@ -41,18 +41,53 @@ def set_compile(model: RecurrentDepthModel, compile: bool) -> None:
 torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
 
 
+class Compiled:
+    """``fn`` compiled by inductor for one static shape. Each instance has a code object of its own, so dynamo
+    keeps exactly one graph for it; after the first call its guards are skipped (``skip_guard_eval_unsafe``), which
+    is sound because the runner keys instances by every shape and option they depend on, and it removes a guard check
+    over every weight and cache tensor from each call (tens of microseconds, comparable to a tiny model's layer)."""
+
+    def __init__(self, fn: Callable, name: str) -> None:
+        def piece(*args: Any) -> Any:
+            return fn(*args)
+
+        piece.__code__ = piece.__code__.replace(co_name=name)
+        self.fn = torch.compile(piece, dynamic=False, fullgraph=True)
+        self.warm = False
+
+    def __call__(self, *args: Any) -> Any:
+        if not self.warm:
+            out = self.fn(*args)
+            self.warm = True
+            return out
+        with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+            return self.fn(*args)
+
+
+def _dense(t: Tensor) -> Tensor:
+    """``t`` with row-major strides, also in size-1 dimensions (which ``contiguous()`` leaves as they are and
+    compiled code guards on)."""
+    strides, n = [], 1
+    for size in reversed(t.shape):
+        strides.append(n)
+        n *= size
+    if t.stride() == tuple(reversed(strides)):
+        return t
+    return torch.empty(t.shape, dtype=t.dtype, device=t.device).copy_(t)
+
+
 def compiled(fn: Callable, key: tuple, store: dict) -> Callable:
     """``fn`` compiled for one static shape (inductor), kept in ``store`` under ``key``."""
     if key not in store:
-        store[key] = torch.compile(fn, dynamic=False, fullgraph=True)
+        store[key] = Compiled(fn, f"recdiff_piece_{len(store)}")
     return store[key]
 
 
 def cache_length(model: RecurrentDepthModel, needed: int) -> int:
-    """Positions per slot: the whole block for small models (so a sequence always meets the same shapes, whatever it
-    is batched with), else the positions needed rounded up to 512 (attention then reads only what a run uses)."""
-    block = model.config.block_size
-    return block if block <= 1024 else min(block, -(-needed // 512) * 512)
+    """Positions per slot: the positions needed, rounded up to a power of two (at least 64, at most the block).
+    Attention reads every position of a slot, masked, so a short run must not pay for the whole block; keys past a
+    query's position are masked exactly (a longer cache gives bit-identical results), so runs share runners."""
+    return min(model.config.block_size, max(64, 1 << (needed - 1).bit_length()))
 
 
 class Runner:
@@ -83,13 +118,17 @@ class Runner:
     @classmethod
     def get(cls, model: RecurrentDepthModel, slots: int, length: int, policy: str = "shared", max_steps: int = 1) -> "Runner":
         """The cached runner of this shape (one per process: compiled graphs and buffers are reused)."""
-        key = (slots, length, policy, max_steps if policy == "per_step" else 1,
-               bool(model.engine_options.get("compile")))
+        steps = max_steps if policy == "per_step" else 1
+        compile = bool(model.engine_options.get("compile"))
         runners = model.__dict__.setdefault("_runners", {})
-        if key not in runners:
-            if len(runners) >= 4:  # keep memory bounded when many shapes pass through one process
-                runners.pop(next(iter(runners)))
-            runners[key] = cls(model, *key[:4])
+        # any runner of this kind with room enough serves (its graphs are compiled already)
+        fits = [k for k in runners if k[0] == slots and k[2:] == (policy, steps, compile) and k[1] >= length]
+        if fits:
+            return runners[min(fits, key=lambda k: k[1])]
+        key = (slots, length, policy, steps, compile)
+        if len(runners) >= 4:  # keep memory bounded when many shapes pass through one process
+            runners.pop(next(iter(runners)))
+        runners[key] = cls(model, *key[:4])
         return runners[key]
 
     # ------------------------------------------------------------------------------------------ calls
@@ -101,6 +140,7 @@ class Runner:
         ``compile``; eager for prefills (``call.rows`` set: one sequence's prompt, of any length)."""
         if not self.compile_pieces or call.rows is not None:
             return fn(*args, call, self.cache)
+        args = tuple(_dense(a) for a in args)  # one layout per shape (a slice of a buffer has other strides)
         key = (name, tuple(call.pos.shape), call.write is None, *(tuple(a.shape) for a in args))
         return compiled(fn, key, self._compiled)(*args, call, self.cache)
 

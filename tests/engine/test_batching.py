@@ -19,8 +19,9 @@ CONFIGS = [
     ("adaptive", {"r": 16, "epsilon": 0.05, "kv_cache": "per_step", "exit_in_prefill": False}),
     ("speculative", {"r": 8, "r_draft": 2, "lookahead": 3}),
     ("diffusion", {"r": 8, "r_inner": 2, "freeze": "fixed"}),
-    ("diffusion", {"r": 16, "r_inner": 4, "epsilon": 0.05}),
-    ("diffusion", {"r": 16, "r_inner": 4, "epsilon": 0.05, "adaptive_rule": "reference", "freeze_rule": "last"}),
+    ("diffusion", {"r": 16, "r_inner": 4, "epsilon": 0.05, "wavefront": 24}),
+    ("diffusion", {"r": 16, "r_inner": 4, "epsilon": 0.05, "wavefront": 24, "adaptive_rule": "reference",
+                   "freeze_rule": "last"}),
     ("diffusion", {"r": 8, "r_inner": 2, "epsilon": 0.05, "wavefront": 6, "headway": 2, "beta": 0.3,
                    "init_scale": 0.5, "eta": 0.2, "continuous_compute": True}),
 ]

@@ -1,0 +1,47 @@
+"""The static buffers of a batched run fit a GPU: Huginn-0125's shapes, 32 sequences × 4,096 positions, computed
+on the meta device (no memory is allocated)."""
+
+from __future__ import annotations
+
+import torch
+
+from recdiff.bench import SHAPES
+from recdiff.config import RecurrentConfig
+from recdiff.model import RecurrentDepthModel
+from recdiff.samplers import _module
+from recdiff.samplers.base import Options, Selector, StopCondition
+
+GB = 1e9
+
+
+def _tensors(obj) -> list[torch.Tensor]:
+    found = []
+    for v in vars(obj).values():
+        if isinstance(v, torch.Tensor):
+            found.append(v)
+        elif isinstance(v, list):
+            found += [t for t in v if isinstance(t, torch.Tensor)]
+    return found
+
+
+def test_huginn_batch_32_at_4096_positions_fits_80_gb_next_to_the_weights():
+    cfg = RecurrentConfig(**SHAPES["huginn"])
+    with torch.device("meta"):
+        model = RecurrentDepthModel(cfg).to(torch.bfloat16)
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert 6.5 * GB < weights < 7.5 * GB  # 3.5B parameters in bf16: the shapes are Huginn-0125's
+    for sampler, params in [("static", {"r": 32}), ("diffusion", {"r": 32, "r_inner": 4, "wavefront": 128}),
+                            ("speculative", {"r": 32})]:
+        opts = Options(model=model, select=Selector(0.0, 1.0), stop=StopCondition(None, None, None), slots=32,
+                       longest=cfg.block_size - 130)  # the longest sequence that still fits the block
+        batch = _module(sampler).make_batch(opts, params)
+        run = batch.runner
+        assert run.device.type == "meta" and run.slots == 32 and run.length >= cfg.block_size - 130
+        cache = run.cache.nbytes()
+        # K and V of every layer (2 prelude + 4 core, shared over recurrences, + 2 coda) for every slot and position
+        per_layer = 2 * 32 * run.length * cfg.num_key_value_heads * cfg.head_dim * 2
+        assert cache == 8 * per_layer
+        state = sum(t.numel() * t.element_size() for t in _tensors(batch))
+        total = weights + cache + state
+        print(f"{sampler}: weights {weights / GB:.1f} GB + cache {cache / GB:.1f} GB + state {state / GB:.2f} GB")
+        assert total < 80 * GB, f"{sampler}: {total / GB:.1f} GB"
