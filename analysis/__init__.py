@@ -4,7 +4,7 @@ from analysis.pareto import (dominates, frame_hypervolume, hypervolume, knee, kn
                              pareto_mask, with_pareto)
 from analysis.plots import (plot_cache_sharing, plot_heatmap, plot_latent_change, plot_pareto,
                             plot_position_stability, plot_token_trace, plot_tradeoff, position_stats)
-from analysis.tables import sampler_table
+from analysis.tables import format_speedup, reference_trials, sampler_table, speedup_table
 
 __all__ = [
     "load_samples", "load_trace", "load_trials", "resolve",
@@ -12,5 +12,5 @@ __all__ = [
     "with_pareto",
     "plot_cache_sharing", "plot_heatmap", "plot_latent_change", "plot_pareto", "plot_position_stability",
     "plot_token_trace", "plot_tradeoff", "position_stats",
-    "sampler_table",
+    "sampler_table", "speedup_table", "format_speedup", "reference_trials",
 ]

@@ -185,6 +185,7 @@ def _row(number: int, state: str, params: Mapping, values: Mapping, attrs: Mappi
     row["samples_path"] = _resolve_path(attrs.get("samples_path"), bases)
     row["trace_paths"] = [_resolve_path(p, bases) for p in (attrs.get("trace_paths") or [])]
     row["fail_reason"] = attrs.get("fail_reason")
+    row["baseline"] = bool(attrs.get("baseline", False))   # recorded by study.baselines (recdiff.study.baselines)
     identity = trial_identity(attrs)
     row["identity"] = identity_key(identity) if identity is not None else None
     return row
@@ -213,13 +214,13 @@ _NULL_DTYPES: dict[str, pl.DataType] = {
                      "peak_memory_bytes", "kv_cache_bytes"), pl.Int64()),
     **dict.fromkeys(("beta", "eta", "epsilon", "init_scale", "accuracy", "tokens_per_s", "accuracy_low",
                      "accuracy_high", "core_passes_per_token", "duration_s"), pl.Float64()),
-    "continuous_compute": pl.Boolean(), "trace_paths": pl.List(pl.String()),
+    "continuous_compute": pl.Boolean(), "baseline": pl.Boolean(), "trace_paths": pl.List(pl.String()),
 }
 
 
 def _frame(rows: list[dict[str, Any]], objectives: Iterable[str]) -> pl.DataFrame:
     head = ["study", "number", "state", "sampler", "benchmark", "model", *SAMPLER_KEYS]
-    tail = [*objectives, "accuracy_low", "accuracy_high", *ATTR_COLUMNS[2:], "fail_reason", "identity"]
+    tail = [*objectives, "accuracy_low", "accuracy_high", *ATTR_COLUMNS[2:], "fail_reason", "baseline", "identity"]
     seen = dict.fromkeys(head)
     for row in rows:
         seen.update(dict.fromkeys(k for k in row if k not in tail))

@@ -1,4 +1,5 @@
-"""`write_report`: every applicable figure, Table 1, tidy data and `report.md` for one study."""
+"""`write_report`: every applicable figure, Table 1, the speed-up table (every trial relative to static AR at r=32),
+tidy data and `report.md` for one study."""
 from __future__ import annotations
 
 import sys
@@ -15,7 +16,7 @@ from analysis import plots
 from analysis.labels import OBJECTIVES, SAMPLER_KEYS, benchmark_name, label, setting
 from analysis.load import check_identities, load_samples, load_trials, resolve, study_name_of
 from analysis.pareto import frame_hypervolume, knee, pareto_front
-from analysis.tables import sampler_table
+from analysis.tables import format_speedup, sampler_table, speedup_table
 from recdiff.errors import RecdiffError
 
 # (swept parameter, grouping parameter): the paper's one-parameter trade-off figures.
@@ -187,7 +188,7 @@ def _md_frame(df: pl.DataFrame, float_fmt: str = "{:.4g}") -> str:
 
 
 def _summary(df: pl.DataFrame, name: str, source: Any, figures: list[tuple[str, list[Path]]],
-             table_md: str | None, failed: list[str]) -> str:
+             table_md: str | None, failed: list[str], speedup_md: str | None = None) -> str:
     done = _complete(df)
     where = f"polars DataFrame ({len(df)} rows)" if isinstance(source, pl.DataFrame) else f"`{source}`"
     md = [f"# Study `{name}`", "", f"Source: {where}", ""]
@@ -210,6 +211,10 @@ def _summary(df: pl.DataFrame, name: str, source: Any, figures: list[tuple[str, 
             md += [f"Knee: trial {k['number']} — {', '.join(setting(c, k[c]) for c in keys if k.get(c) is not None)}"
                    f" (accuracy {100 * k['accuracy']:.2f}%, {k['tokens_per_s']:.1f} tokens/s).", ""]
         md += [_md_frame(front.select([c for c in cols if c in front.columns])), ""]
+    if speedup_md:
+        md += ["## Relative to static AR (r=32)", "",
+               "Every complete trial: speed-up = its tokens/s ÷ static AR (r=32)'s, Δacc = accuracy change in points "
+               "(the numbers the sweep prints at its end).", "", speedup_md, ""]
     if table_md:
         md += ["## Sampler comparison (Table 1)", "", table_md, ""]
     if figures:
@@ -274,7 +279,23 @@ def write_report(source: Any, out_dir: str | Path | None = None, *, study_name: 
         written += [out / "table1.md", out / "table1.tex"]
         say("table1: table1.md, table1.tex")
 
-    (out / "report.md").write_text(_summary(df, name, source, figures, table_md, failed))
+    speedup_md, speedup = None, None
+    try:
+        speedup = speedup_table(df)
+    except RecdiffError as exc:
+        say(f"speedup: skipped ({exc})")
+    else:
+        if speedup["speedup"].null_count() == speedup.height:
+            speedup = None
+            say("speedup: skipped (no static AR r=32 trial to compare with)")
+    if speedup is not None:
+        speedup_md = format_speedup(speedup, markdown=True)
+        (out / "speedup.md").write_text(speedup_md)
+        speedup.write_csv(out / "speedup.csv")
+        written += [out / "speedup.md", out / "speedup.csv"]
+        say("speedup: speedup.md, speedup.csv")
+
+    (out / "report.md").write_text(_summary(df, name, source, figures, table_md, failed, speedup_md))
     written.append(out / "report.md")
     say(f"report: {out / 'report.md'}")
     if failed:

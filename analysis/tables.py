@@ -167,12 +167,13 @@ def sampler_table(df: pl.DataFrame, benchmarks: list[str] | None = None, relativ
     static_keys = ["r"] if "r" in df.columns else []
     static_keys += [k for k in _varying(static_df) if k != "r"]
     static = _rows_for(df, "static", static_keys, benchmarks)
-    # The reference is static AR at r=32; with several r=32 settings (e.g. KV sharing on/off),
-    # the one measured on most benchmarks, then the one with the most common other settings.
-    at_ref = [r for r in static if r.settings.get("r") == REFERENCE_R]
-    if at_ref:
-        common = {k: static_df[k].value_counts(sort=True)[k][0] for k in static_keys if k != "r"}
-        max(at_ref, key=lambda r: (len(r.cells), sum(r.settings.get(k) == v for k, v in common.items()))).reference = True
+    # The reference is static AR at r=32 as `reference_trials` picks it (the speed-up table's reference too).
+    ref_trials = reference_trials(static_df)
+    for r in static:
+        if not ref_trials.is_empty() and all(
+                ref_trials[k].unique().to_list() == [v] for k, v in r.settings.items() if k in ref_trials.columns):
+            r.reference = True
+            break
     static.sort(key=lambda r: (not r.reference, r.settings.get("r") is None, r.settings.get("r") or 0))
     rows = static
     for name in ("adaptive", "speculative"):
@@ -208,10 +209,139 @@ def sampler_table(df: pl.DataFrame, benchmarks: list[str] | None = None, relativ
         rel = {}
         for b in benchmarks:
             if b in r.cells and b in ref.cells and ref.cells[b][1]:
-                rel[b] = (100 * (r.cells[b][0] - ref.cells[b][0]), r.cells[b][1] / ref.cells[b][1])
+                speedup, delta = relative_to_reference(*r.cells[b], *ref.cells[b])
+                rel[b] = (delta, speedup)
         table.relative.append((r, rel))
     return table
 
 
 def _mean_acc(r: Row) -> float:
     return sum(a for a, _ in r.cells.values()) / max(len(r.cells), 1)
+
+
+# ------------------------------------------------------------------------- relative to static AR (r=32)
+# The settings static AR at r=32 runs with as the recorded baseline (recdiff.study.baselines); among several
+# r=32 trials the reference is the one with these settings (a missing value counts as the default), else the
+# most common value of each.
+REFERENCE_SETTINGS: dict[str, Any] = {"kv_cache": "shared", "init_scale": 0.0}
+
+
+def reference_trials(df: pl.DataFrame) -> pl.DataFrame:
+    """The trials of `df` that are the reference point, static AR at r=32 (empty when there is none)."""
+    if "sampler" not in df.columns or "r" not in df.columns:
+        return df.clear()
+    ref = df.filter((pl.col("sampler") == "static") & (pl.col("r") == REFERENCE_R))
+    for key, default in REFERENCE_SETTINGS.items():
+        if ref.is_empty() or key not in ref.columns or ref[key].null_count() == ref.height:
+            continue
+        is_default = (pl.col(key).is_null() | (pl.col(key) == default)).fill_null(False)
+        if not ref.filter(is_default).is_empty():
+            ref = ref.filter(is_default)
+        else:
+            common = ref[key].drop_nulls().value_counts(sort=True)[key][0]
+            ref = ref.filter(pl.col(key) == common)
+    return ref
+
+
+def relative_to_reference(accuracy: float, tokens_per_s: float, ref_accuracy: float,
+                          ref_tokens_per_s: float) -> tuple[float | None, float]:
+    """(speed-up ×, accuracy change in points) against the reference: tokens/s ratio, 100 · accuracy difference."""
+    speedup = tokens_per_s / ref_tokens_per_s if ref_tokens_per_s else None
+    return speedup, 100.0 * (accuracy - ref_accuracy)
+
+
+SPEEDUP_COLUMNS = ("number", "benchmark", "sampler", "setting", "baseline", "reference", "accuracy",
+                   "accuracy_low", "accuracy_high", "tokens_per_s", "speedup", "delta_accuracy")
+
+
+def _setting_keys(df: pl.DataFrame, sampler: str) -> list[str]:
+    sub = df.filter(pl.col("sampler") == sampler)
+    keys = [k for k in SAMPLER_KEYS if k in sub.columns and sub[k].drop_nulls().n_unique() > 1]
+    if sampler == "static" and "r" in sub.columns and "r" not in keys:
+        keys.insert(0, "r")
+    if sampler == "diffusion" and not keys and "r_inner" in sub.columns:
+        keys = ["r_inner"]
+    return keys
+
+
+def speedup_table(df: pl.DataFrame) -> pl.DataFrame:
+    """One row per COMPLETE trial: accuracy with its interval, tokens/s, and relative to static AR at r=32 of the
+    same benchmark (one identity per benchmark, see `check_identities`): `speedup` = tokens/s ÷ the reference's,
+    `delta_accuracy` = 100 · (accuracy − the reference's), in points; the reference is the mean of
+    `reference_trials` (repeats averaged, as Table 1's cells). Without a reference both are null.
+    Rows: baselines first (the reference, static AR by r, adaptive, speculative), then the other trials by number.
+    The sweep's closing table, the report and Table 1's relative row all use these numbers."""
+    check_identities(df)
+    if "state" in df.columns:
+        df = df.filter(pl.col("state") == "COMPLETE")
+    df = df.filter(pl.col("accuracy").is_not_null() & pl.col("tokens_per_s").is_not_null())
+    if df.is_empty():
+        raise RecdiffError("no complete trials with accuracy and tokens_per_s to compare")
+    if "benchmark" not in df.columns:
+        df = df.with_columns(pl.lit(None, pl.String).alias("benchmark"))
+    if "sampler" not in df.columns:
+        df = df.with_columns(pl.lit("diffusion").alias("sampler"))
+    df = df.with_columns(pl.col("sampler").fill_null("diffusion").cast(pl.String))
+    keys = {s: _setting_keys(df, s) for s in dict.fromkeys(df["sampler"].to_list())}
+    order = {"static": 0, "adaptive": 1, "speculative": 2}
+    out = []
+    for part in df.partition_by("benchmark", maintain_order=True, include_key=True):
+        ref = reference_trials(part)
+        ref_numbers = set(ref["number"].to_list()) if "number" in ref.columns else set()
+        ref_acc = ref["accuracy"].cast(pl.Float64).mean() if not ref.is_empty() else None
+        ref_tps = ref["tokens_per_s"].cast(pl.Float64).mean() if not ref.is_empty() else None
+        rows = []
+        for rec in part.iter_rows(named=True):
+            speedup = delta = None
+            if ref_acc is not None:
+                speedup, delta = relative_to_reference(rec["accuracy"], rec["tokens_per_s"], ref_acc, ref_tps)
+            is_ref = rec.get("number") in ref_numbers
+            base = bool(rec.get("baseline")) or rec["sampler"] in BASELINES
+            text = ", ".join(setting(k, rec[k]) for k in keys[rec["sampler"]] if rec.get(k) is not None)
+            rows.append({"number": rec.get("number"), "benchmark": rec["benchmark"], "sampler": rec["sampler"],
+                         "setting": text, "baseline": bool(rec.get("baseline")), "reference": is_ref,
+                         "accuracy": float(rec["accuracy"]), "accuracy_low": rec.get("accuracy_low"),
+                         "accuracy_high": rec.get("accuracy_high"), "tokens_per_s": float(rec["tokens_per_s"]),
+                         "speedup": speedup, "delta_accuracy": delta,
+                         "_key": (not is_ref, not base, order.get(rec["sampler"], 3),
+                                  rec.get("r") if rec["sampler"] == "static" and rec.get("r") is not None else 0,
+                                  rec.get("number") or 0)})
+        out += sorted(rows, key=lambda r: r["_key"])
+    for r in out:
+        r.pop("_key")
+    schema = {"number": pl.Int64, "benchmark": pl.String, "sampler": pl.String, "setting": pl.String,
+              "baseline": pl.Boolean, "reference": pl.Boolean, "accuracy": pl.Float64, "accuracy_low": pl.Float64,
+              "accuracy_high": pl.Float64, "tokens_per_s": pl.Float64, "speedup": pl.Float64,
+              "delta_accuracy": pl.Float64}
+    return pl.DataFrame(out, schema=schema)
+
+
+def format_speedup(table: pl.DataFrame, markdown: bool = False) -> str:
+    """The speed-up table as aligned text (the sweep's closing print) or Markdown (the report)."""
+    head = ["trial", "sampler", "accuracy [95% CI]", "tokens/s", f"speed-up vs static r={REFERENCE_R}", "Δacc (pts)"]
+    benches = table["benchmark"].unique(maintain_order=True).to_list()
+    if len(benches) > 1:
+        head.insert(1, "benchmark")
+    body = []
+    for r in table.iter_rows(named=True):
+        name = SAMPLER_NAMES.get(r["sampler"], r["sampler"])
+        label = f"{name} ({r['setting']})" if r["setting"] else name
+        if r["reference"]:
+            label += " = reference"
+        elif r["baseline"]:
+            label += " [baseline]"
+        ci = (f" [{r['accuracy_low']:.3f}, {r['accuracy_high']:.3f}]"
+              if r["accuracy_low"] is not None and r["accuracy_high"] is not None else "")
+        cells = [str(r["number"]), label, f"{r['accuracy']:.3f}{ci}", f"{r['tokens_per_s']:.1f}",
+                 "—" if r["speedup"] is None else f"{r['speedup']:.2f}x",
+                 "—" if r["delta_accuracy"] is None else f"{r['delta_accuracy']:+.1f}"]
+        if len(benches) > 1:
+            cells.insert(1, benchmark_name(r["benchmark"]))
+        body.append(cells)
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---:", ":---"] + ["---:"] * (len(head) - 2)) + "|"]
+        return "\n".join(lines + ["| " + " | ".join(c) + " |" for c in body]) + "\n"
+    widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
+    left = {1, 2} if len(benches) > 1 else {1}
+    fmt = lambda cells: "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+    return "\n".join([fmt(head), *(fmt(c) for c in body)]) + "\n"

@@ -95,6 +95,7 @@ class ModelConfig:
     device: str = "auto"              # auto | cpu | cuda | cuda:N
     dtype: Optional[str] = None       # null = the checkpoint's dtype; float32 | bfloat16 | float16
     tokenizer: Tokenizer = Tokenizer.checkpoint
+    compile: bool = False             # compiled decoding (CPU: torch.compile; CUDA: CUDA graphs of whole steps)
 
 
 # --------------------------------------------------------------------------------------------- samplers
@@ -200,6 +201,9 @@ class StudyConfig:
     seed: Optional[int] = None            # Optuna sampler seed
     population_size: int = 8              # NSGA-II
     skip_duplicates: bool = True          # an identical configuration already COMPLETE is not re-run
+    # grid mode: also record the paper's baselines (static AR r=32/4/8, adaptive, speculative) once per identity
+    # (recdiff/study/baselines.py); a searched study does not (its sampler would see their parameters)
+    baselines: bool = True
     heartbeat_interval: int = 10          # seconds between heartbeats of a RUNNING trial
     grace_period: int = 60                # a RUNNING trial without heartbeat for this long is failed
     max_retry: int = 2                    # a trial whose worker died is re-queued at most this often
@@ -215,6 +219,8 @@ class RunConfig:
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int = 0
+    batch_size: Optional[int] = None      # sequences decoded side by side for accuracy (null = per-device default)
+    speed_samples: int = 16               # problems timed one at a time (batch 1) for tokens_per_s
     warmup: int = 1                       # untimed generate calls before measuring
     n_traces: int = 2                     # samples whose diffusion trace is saved (stability pictures)
     timeout_s: Optional[float] = None     # per trial; the trial is FAIL when it runs longer

@@ -13,7 +13,8 @@ output directory. Each trial's stability picture and per-sample table are upload
 - :mod:`~recdiff.study.preflight`: every check that needs no model, before anything loads
 - :mod:`~recdiff.study.record`: outcomes, provenance, claims, artifacts, ``result.json``
 - :mod:`~recdiff.study.loop`: the Hydra job: one grid trial or an ask/tell loop
-- :mod:`~recdiff.study.sweep_status`: the sweep's exit status (non-zero when every trial failed)
+- :mod:`~recdiff.study.baselines`: the paper's baselines, recorded once per identity in every grid study
+- :mod:`~recdiff.study.sweep_status`: the sweep's exit status (non-zero when every trial failed) and closing table
 """
 
 from recdiff.study.identity import check_identity, identity_from_config, trial_identity

@@ -43,6 +43,8 @@ def identity_from_config(config: Mapping[str, Any], weights: str | None = None,
         model["dtype"] = dtype or m.get("dtype")
     if "tokenizer" in m:
         model["tokenizer"] = m["tokenizer"]
+    if m.get("compile"):  # compiled decoding runs at another speed: its trials are not eager ones
+        model["compile"] = True
     run = {k: v for k, v in (config.get("run") or {}).items() if k in RUN_KEYS}
     return {"benchmark": bench, "model": model, "run": run}
 

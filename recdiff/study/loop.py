@@ -3,6 +3,8 @@
 - ``grid``: every Hydra job runs one trial. It claims the configuration first (a RUNNING trial with heartbeats), so
   a configuration COMPLETE in the study, or running in another process, is skipped; a re-run completes what is
   missing, and a crashed claimant's configuration is run again once its heartbeat is older than the grace period.
+  With ``study.baselines`` (default) a grid job first records the paper's baselines of its identity that the study
+  does not hold yet (:mod:`recdiff.study.baselines`).
 - ``search``: every job runs an ask/tell loop until the study holds ``study.n_trials`` counted trials (COMPLETE,
   FAIL with a reason of its own, PRUNED as invalid); several jobs may share one study.
 """
@@ -226,4 +228,8 @@ def run_job(cfg: DictConfig) -> tuple[float, float] | None:
     if mode == "search":
         run_search(cfg, opened["study"], work, job_dir, opened["identity"])
         return None
+    if s.baselines:   # the paper's baselines of this identity, unless the study holds them (recdiff.study.baselines)
+        from recdiff.study.baselines import run_baselines
+
+        run_baselines(cfg, opened["study"], work, top_dir / "baselines", opened["identity"])
     return run_grid_trial(cfg, opened["study"], work, job_dir, opened["identity"])

@@ -38,6 +38,10 @@ def check_run(run: DictConfig) -> None:
             raise RecdiffError(f"run.{name}={run[name]!r} must be >= 0")
     if run.timeout_s is not None and not (math.isfinite(run.timeout_s) and run.timeout_s > 0):
         raise RecdiffError(f"run.timeout_s={run.timeout_s!r} must be a number > 0 (or null: no limit)")
+    if run.batch_size is not None and run.batch_size < 1:
+        raise RecdiffError(f"run.batch_size={run.batch_size!r} must be >= 1 (or null: the device's default)")
+    if run.speed_samples < 1:
+        raise RecdiffError(f"run.speed_samples={run.speed_samples!r} must be >= 1")
     if run.threads is not None and run.threads < 1:
         raise RecdiffError(f"run.threads={run.threads!r} must be >= 1 (or null: torch's default)")
 

@@ -143,7 +143,7 @@ def test_other_bad_inputs(model):
     for prompts, message in [("hello", "must be a list of token ids"), (None, "must be a list of token ids"),
                              ([1.0, 2.0], "token ids must be integers"), ([[1, 2], 3], "mix token ids and lists"),
                              ([[1, 2], []], "prompt 1 is empty"), ([[1], [2, 600]], "prompt 1 holds token ids outside"),
-                             ([], "is empty")]:
+                             ([], "is empty"), ([[1, 2], [3] * 600], "prompt 1 of 600 tokens .* block_size 512")]:
         with pytest.raises(RecdiffError, match=message):
             generate(model, prompts, "static")
     with pytest.raises(RecdiffError, match="top_p"):

@@ -18,7 +18,7 @@ from .conftest import CONF, EMBEDDED, REPO, TINY, compose_cfg, load, popen_sweep
 # there; before that on the fixture checkpoint (random weights: r=8 keeps each trial short).
 MAIN = ["-m", "sampler.r_inner=1,2,4,8"]
 if (EMBEDDED / "model.safetensors").exists():
-    SMALL = ["benchmark.limit=2", "run.max_new_tokens=8", "run.threads=1"]
+    SMALL = ["benchmark.limit=2", "run.max_new_tokens=8", "run.threads=1", "study.baselines=false"]
 else:
     SMALL = [*TINY, "sampler.r=8"]
 
@@ -321,7 +321,7 @@ def test_analysis_report_on_the_main_command_study(main_run, tmp_path):
 def test_max_new_tokens_beyond_the_context_is_an_upper_limit(tmp_path):
     """The default run.max_new_tokens (256) exceeds the embedded model's room after a prompt: still COMPLETE."""
     run_sweep(["sampler=static", "sampler.r=2", "benchmark.limit=1", "run.max_new_tokens=100000", "run.warmup=0",
-               "run.threads=1", "run.progress=false", *job_args(tmp_path)])
+               "run.threads=1", "run.progress=false", "study.baselines=false", *job_args(tmp_path)])
     storage = str(tmp_path / "journal.log")
     import optuna
 

@@ -24,7 +24,7 @@ def ident(*overrides: str, weights: str | None = "w1") -> dict:
 
 def test_identity_holds_what_changes_a_measurement_and_nothing_else():
     base = ident()
-    assert base["benchmark"]["limit"] == 32 and base["model"] == {
+    assert base["benchmark"]["limit"] == 200 and base["model"] == {
         "path": "recdiff/assets/embedded", "weights": "w1", "dtype": "float32", "tokenizer": "checkpoint"}
     assert base["run"] == {"max_new_tokens": 256, "temperature": 0.0, "top_p": 1.0}
     for same in (["sampler.r_inner=8"], ["run.seed=3"], ["study.name=x"], ["run.threads=1"], ["worker=2"]):

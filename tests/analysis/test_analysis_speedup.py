@@ -1,0 +1,112 @@
+"""The speed-up table (every trial relative to static AR at r=32): hand-made trials, hand-computed numbers, and the
+same numbers in Table 1's relative row and in the report."""
+from __future__ import annotations
+
+import optuna
+import polars as pl
+import pytest
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState
+
+from analysis.load import load_trials
+from analysis.tables import format_speedup, reference_trials, sampler_table, speedup_table
+from recdiff.errors import RecdiffError
+
+from .conftest import set_metric_names
+
+IDENTITY = {"benchmark": {"name": "arith", "limit": 4}, "model": {"path": "m"}, "run": {"max_new_tokens": 8}}
+
+
+def _trial(sampler: str, params: dict, acc: float, tps: float, baseline: bool = False,
+           state: TrialState = TrialState.COMPLETE) -> optuna.trial.FrozenTrial:
+    dists = {"sampler": CategoricalDistribution(["static", "adaptive", "speculative", "diffusion"]),
+             "benchmark": CategoricalDistribution(["arith"])}
+    for k, v in params.items():
+        dists[k] = (CategoricalDistribution(["shared", "per_step"]) if k == "kv_cache" else
+                    IntDistribution(1, 128) if isinstance(v, int) else FloatDistribution(0.0, 2.0))
+    attrs = {"accuracy_low": acc - 0.1, "accuracy_high": acc + 0.1, "identity": IDENTITY,
+             "config": {"sampler": {"name": sampler, **params}}}
+    if baseline:
+        attrs["baseline"] = True
+    return optuna.trial.create_trial(
+        state=state, values=[acc, tps] if state == TrialState.COMPLETE else None,
+        params={"sampler": sampler, "benchmark": "arith", **params}, distributions=dists, user_attrs=attrs)
+
+
+@pytest.fixture
+def study() -> optuna.Study:
+    s = optuna.create_study(directions=["maximize", "maximize"], study_name="speedup")
+    set_metric_names(s)
+    for t in [
+        _trial("diffusion", {"r": 32, "r_inner": 4}, 0.50, 100.0),                              # 0
+        _trial("static", {"r": 32, "init_scale": 0.0, "kv_cache": "shared"}, 0.40, 25.0, True),   # 1: the reference
+        _trial("static", {"r": 32, "init_scale": 0.0, "kv_cache": "per_step"}, 0.10, 5.0),       # 2: not the reference
+        _trial("static", {"r": 4, "init_scale": 0.0, "kv_cache": "shared"}, 0.05, 200.0, True),   # 3
+        _trial("adaptive", {"r": 32, "epsilon": 0.03}, 0.45, 40.0, True),                         # 4
+        _trial("diffusion", {"r": 32, "r_inner": 2}, 0.375, 150.0),                              # 5
+        _trial("diffusion", {"r": 32, "r_inner": 8}, 0.0, 0.0, state=TrialState.FAIL),            # 6: left out
+    ]:
+        s.add_trial(t)
+    return s
+
+
+def test_speedup_and_delta_are_hand_computed(study):
+    table = speedup_table(load_trials(study))
+    got = {r["number"]: r for r in table.iter_rows(named=True)}
+    assert set(got) == {0, 1, 2, 3, 4, 5}
+    # reference: trial 1 (static r=32, shared KV), 0.40 at 25 tokens/s
+    expected = {0: (100 / 25, 10.0), 1: (1.0, 0.0), 2: (5 / 25, -30.0), 3: (200 / 25, -35.0), 4: (40 / 25, 5.0),
+                5: (150 / 25, -2.5)}
+    for n, (speedup, delta) in expected.items():
+        assert got[n]["speedup"] == pytest.approx(speedup) and got[n]["delta_accuracy"] == pytest.approx(delta), n
+    assert [r["number"] for r in table.iter_rows(named=True) if r["reference"]] == [1]
+    assert got[1]["baseline"] and got[3]["baseline"] and not got[0]["baseline"]
+    assert got[0]["accuracy_low"] == pytest.approx(0.4) and got[0]["accuracy_high"] == pytest.approx(0.6)
+    # rows: the reference, the other baselines (static by r, adaptive), then the sweep's trials by number
+    assert table["number"].to_list() == [1, 3, 2, 4, 0, 5]
+    text = format_speedup(table)
+    assert "4.00x" in text and "+10.0" in text and "-35.0" in text and "= reference" in text
+    md = format_speedup(table, markdown=True)
+    assert md.splitlines()[0].startswith("| trial | sampler | accuracy [95% CI] |") and "| 6.00x | -2.5 |" in md
+
+
+def test_reference_choice_and_repeats_average(study):
+    df = load_trials(study)
+    assert reference_trials(df)["number"].to_list() == [1]
+    # without the shared-KV trial, the r=32 trial left is the reference
+    only_per_step = df.filter(pl.col("number") != 1)
+    assert reference_trials(only_per_step)["number"].to_list() == [2]
+    # repeats of the reference are averaged: (0.40 + 0.30) / 2 = 0.35 at (25 + 75) / 2 = 50 tokens/s
+    study.add_trial(_trial("static", {"r": 32, "init_scale": 0.0, "kv_cache": "shared"}, 0.30, 75.0, True))
+    table = speedup_table(load_trials(study))
+    row = table.filter(pl.col("number") == 0).row(0, named=True)
+    assert row["speedup"] == pytest.approx(2.0) and row["delta_accuracy"] == pytest.approx(15.0)
+
+
+def test_no_reference_leaves_the_ratios_empty(study):
+    df = load_trials(study).filter(pl.col("sampler") != "static")
+    table = speedup_table(df)
+    assert table["speedup"].null_count() == table.height and "—" in format_speedup(table)
+    with pytest.raises(RecdiffError):
+        speedup_table(df.clear())
+
+
+def test_table1_relative_row_has_the_same_numbers(study):
+    df = load_trials(study)
+    table = sampler_table(df, relative="each")
+    speed = {r["number"]: r for r in speedup_table(df).iter_rows(named=True)}
+    assert table.rows[0].reference and table.rows[0].settings.get("kv_cache") == "shared"
+    by_label = {row.label: rel["arith"] for row, rel in table.relative}
+    assert by_label["Diff. Sampler (r′=4)"] == pytest.approx((speed[0]["delta_accuracy"], speed[0]["speedup"]))
+    assert by_label["Diff. Sampler (r′=2)"] == pytest.approx((speed[5]["delta_accuracy"], speed[5]["speedup"]))
+
+
+def test_report_shows_the_speedup_table(study, tmp_path):
+    from analysis.report import write_report
+
+    write_report(load_trials(study), tmp_path, formats=("png",), progress=None)
+    md = (tmp_path / "speedup.md").read_text()
+    assert "| 4.00x | +10.0 |" in md
+    report = (tmp_path / "report.md").read_text()
+    assert "## Relative to static AR (r=32)" in report and md.strip() in report
+    assert pl.read_csv(tmp_path / "speedup.csv")["speedup"].to_list()[0] == pytest.approx(1.0)

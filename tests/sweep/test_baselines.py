@@ -1,0 +1,76 @@
+"""issue 14: every grid study records the paper's baselines once per identity, later sweeps reuse them, and the sweep
+ends with the speed-up table computed from the recorded trials."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from optuna.trial import TrialState
+
+from .conftest import load, requires_fixture, run_sweep
+
+# The fixture checkpoint with a tiny slice; the baselines on (study.baselines defaults to true).
+ARGS = ["model=fixture", "benchmark=arith", "benchmark.limit=2", "run.max_new_tokens=8", "run.speed_samples=1",
+        "run.warmup=0", "run.threads=1", "run.progress=false", "sampler.r=8", "study.name=baselines"]
+EXPECTED = Counter({("static", 32): 1, ("static", 4): 1, ("static", 8): 1, ("adaptive", 32): 1,
+                    ("speculative", 32): 1})
+
+
+def _table(text: str) -> dict[int, str]:
+    """Rows of the closing table, by trial number."""
+    head = text.index("relative to static AR (r=32)")
+    rows = {}
+    for line in text[head:].splitlines()[2:]:
+        m = re.match(r"\s*(\d+)\s{2}", line)
+        if not m:
+            break
+        rows[int(m.group(1))] = line
+    return rows
+
+
+@requires_fixture
+def test_baselines_are_recorded_once_reused_and_tabulated(tmp_path):
+    where = [f"study.storage={tmp_path}/journal.log", f"study.artifact_dir={tmp_path}/art"]
+    # two joblib workers share the baselines through the claims: each is run by one of them
+    first = run_sweep(["-m", "sampler.r_inner=1,2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *ARGS, *where,
+                       f"hydra.sweep.dir={tmp_path}/one"], timeout=300)
+    study = load(str(tmp_path / "journal.log"), "baselines")
+    done = study.get_trials(states=(TrialState.COMPLETE,))
+    base = [t for t in done if t.user_attrs.get("baseline")]
+    assert Counter((t.params["sampler"], t.params["r"]) for t in base) == EXPECTED
+    assert sorted(t.params["r_inner"] for t in done if not t.user_attrs.get("baseline")) == [1, 2]
+    assert len({t.user_attrs["config_hash"] for t in done}) == len(done) == 7          # nothing recorded twice
+    assert all(t.params.get("kv_cache") == "shared" and t.params.get("init_scale") == 0.0 for t in base)
+    assert len(_table(first.stdout)) == 7
+
+    # a second sweep on the study: one new trial, the baselines reused (not run again)
+    second = run_sweep(["-m", "sampler.r_inner=2,4", *ARGS, *where, f"hydra.sweep.dir={tmp_path}/two"])
+    assert "baseline " not in second.stdout + second.stderr
+    study = load(str(tmp_path / "journal.log"), "baselines")
+    done = study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(done) == 8 and sum(bool(t.user_attrs.get("baseline")) for t in done) == 5
+    assert not (tmp_path / "two" / "baselines").exists()
+
+    # the closing table: one row per trial, speed-up and accuracy change computed from the recorded values
+    rows = _table(second.stdout)
+    assert sorted(rows) == sorted(t.number for t in done)
+    (ref,) = [t for t in base if t.params["sampler"] == "static" and t.params["r"] == 32]
+    assert "= reference" in rows[ref.number]
+    for t in done:
+        speedup = t.values[1] / ref.values[1]
+        delta = 100 * (t.values[0] - ref.values[0])
+        cells = rows[t.number].split()
+        assert f"{speedup:.2f}x" == cells[-2] and f"{delta:+.1f}" == cells[-1], (t.number, rows[t.number])
+        assert f"{t.values[1]:.1f}" == cells[-3]
+        lo, hi = t.user_attrs["accuracy_low"], t.user_attrs["accuracy_high"]
+        assert f"{t.values[0]:.3f} [{lo:.3f}, {hi:.3f}]" in rows[t.number]
+
+
+@requires_fixture
+def test_baselines_can_be_turned_off(tmp_path):
+    run_sweep(["sampler=static", "sampler.r=2", *ARGS[:-2], "study.baselines=false", "study.name=plain",
+               f"study.storage={tmp_path}/journal.log", f"study.artifact_dir={tmp_path}/art",
+               f"hydra.run.dir={tmp_path}/run"])
+    trials = load(str(tmp_path / "journal.log"), "plain").get_trials()
+    assert len(trials) == 1 and not trials[0].user_attrs.get("baseline")
