@@ -8,7 +8,7 @@ import pytest
 
 from recdiff.engine.agreement import ASSET, ROWS, compare
 
-N = 64  # problems; the script's default is 200
+N = 200  # problems, as the script's default
 
 
 @pytest.fixture(scope="module")
