@@ -96,6 +96,8 @@ class SlotKV:
             v = torch.where(w, v, vb[call.b_idx, call.pos])
         kb.index_put_((call.b_idx, call.pos), k)
         vb.index_put_((call.b_idx, call.pos), v)
+        n = call.mask.shape[-1]  # the positions this call attends to (a prefix of the cache)
+        kb, vb = kb[:, :n], vb[:, :n]
         if call.rows is not None:
             kb, vb = kb.index_select(0, call.rows), vb.index_select(0, call.rows)
         return kb.transpose(1, 2), vb.transpose(1, 2)  # (B, H, S, D)

@@ -194,6 +194,7 @@ class RecurrentDepthModel(nn.Module):
         if call is not None and cache.depth is not None:
             first = call.pos[:, :1]  # keys before the call's first position that exited earlier are missing
             depth = cache.depth if call.rows is None else cache.depth.index_select(0, call.rows)
+            depth = depth[:, : call.mask.shape[-1]]
             S = depth.shape[1]
             early = torch.arange(S, device=depth.device)[None, :] < first
             missing = early & (depth <= step)

@@ -132,8 +132,18 @@ class Runner:
         return runners[key]
 
     # ------------------------------------------------------------------------------------------ calls
-    def call(self, pos: Tensor, rows: Tensor | None = None, write: Tensor | None = None) -> Call:
-        return make_call(self.freqs, pos, self.length, rows, write)
+    def call(self, pos: Tensor, rows: Tensor | None = None, write: Tensor | None = None,
+             keys: int | None = None) -> Call:
+        """A call at positions ``pos`` that attends to the first ``keys`` cache positions (default: all); every
+        query position must be below ``keys``."""
+        return make_call(self.freqs, pos, keys or self.length, rows, write)
+
+    def keys(self, needed: int) -> int:
+        """Cache positions a step attends to: ``needed`` (its furthest query position + 1) rounded up, to a power of
+        two under static shapes (a few compiled shapes), else to a multiple of 64; at most the cache. Keys past a
+        query's position are masked exactly, so this only saves work: results are bit-identical."""
+        n = max(64, 1 << (needed - 1).bit_length()) if self.static_shapes else -(-needed // 64) * 64
+        return min(self.length, n)
 
     def _piece(self, name: str, fn: Callable, call: Call, *args: Any) -> Any:
         """A model piece for this call: compiled for the call's static shape when decoding on a CPU with
@@ -141,7 +151,7 @@ class Runner:
         if not self.compile_pieces or call.rows is not None:
             return fn(*args, call, self.cache)
         args = tuple(_dense(a) for a in args)  # one layout per shape (a slice of a buffer has other strides)
-        key = (name, tuple(call.pos.shape), call.write is None, *(tuple(a.shape) for a in args))
+        key = (name, tuple(call.mask.shape), call.write is None, *(tuple(a.shape) for a in args))
         return compiled(fn, key, self._compiled)(*args, call, self.cache)
 
     def embed(self, ids: Tensor, call: Call) -> Tensor:
@@ -156,9 +166,10 @@ class Runner:
     def decode(self, z: Tensor, call: Call) -> Tensor:
         return self._piece("decode", self.model.decode, call, z)
 
-    def recur(self, ids: Tensor, pos: Tensor, r: int, z: Tensor | None = None, rows: Tensor | None = None) -> Tensor:
+    def recur(self, ids: Tensor, pos: Tensor, r: int, z: Tensor | None = None, rows: Tensor | None = None,
+              keys: int | None = None) -> Tensor:
         """P, r recurrences from ``z`` (zeros when None), C → logits ``(B, T, V)`` (static depth: no decisions)."""
-        call = self.call(pos, rows)
+        call = self.call(pos, rows, keys=keys)
         e = self.embed(ids, call)
         if z is None:
             z = torch.zeros_like(e)

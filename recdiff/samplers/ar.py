@@ -36,7 +36,7 @@ class ARBatch:
     def admit(self, slot: int, req: Request) -> None:
         m, run, L = self.opts.model, self.runner, len(req.prompt)
         ids = torch.tensor([req.prompt], device=run.device)
-        call = run.call(torch.arange(L, device=run.device)[None], rows=run.rows_all[slot : slot + 1])
+        call = run.call(torch.arange(L, device=run.device)[None], rows=run.rows_all[slot : slot + 1], keys=L)
         e = run.embed(ids, call)
         z = m.initial_state(e, self.alpha, req.generator)
         steps = self.r
@@ -77,11 +77,13 @@ class ARBatch:
                     z0[b] = m.initial_state(z0[b : b + 1], self.alpha, gens[b])[0]
             else:
                 z0 = None
+            # the furthest position decoded this step: the prompt plus the tokens so far, less the new one
+            keys = run.keys(max(len(self.req[b].prompt) + len(self.req[b].data["tokens"]) for b in live))
             if self.eps is None:
-                logits = self._static(z0)
+                logits = self._static(z0, keys)
                 steps = [self.r] * self.slots
             else:
-                logits, steps = self._adaptive(z0, live)
+                logits, steps = self._adaptive(z0, live, keys)
             toks = self.opts.select.rows(logits, gens).tolist()  # the one read-back of a static step
             for b in live:
                 d = self.req[b].data
@@ -93,19 +95,20 @@ class ARBatch:
             self.pos.clamp_(max=run.length - 1)  # rows without a live sequence must stay inside the buffers
         return [b for b, q in enumerate(self.req) if q is not None and q.data["done"]]
 
-    def _static(self, z0: torch.Tensor | None) -> torch.Tensor:
+    def _static(self, z0: torch.Tensor | None, keys: int) -> torch.Tensor:
         run, r = self.runner, self.r
 
         def token_step(ids: torch.Tensor, pos: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-            return run.recur(ids, pos, r, z)[:, -1]
+            return run.recur(ids, pos, r, z, keys=keys)[:, -1]
 
         if z0 is None:
             z0 = torch.zeros((self.slots, 1, self.opts.model.config.n_embd), device=run.device, dtype=run.dtype)
-        return run.graphed(f"static-r{r}", token_step, self.ids, self.pos, z0)
+        # rows without a live sequence may sit further on: keep every query inside the keys (its own row only)
+        return run.graphed(f"static-r{r}-k{keys}", token_step, self.ids, self.pos.clamp(max=keys - 1), z0)
 
-    def _adaptive(self, z0: torch.Tensor | None, live: list[int]) -> tuple[torch.Tensor, list[int]]:
+    def _adaptive(self, z0: torch.Tensor | None, live: list[int], keys: int) -> tuple[torch.Tensor, list[int]]:
         run = self.runner
-        call = run.call(self.pos)
+        call = run.call(self.pos.clamp(max=keys - 1), keys=keys)  # rows without a live sequence: see _static
         e = run.embed(self.ids, call)
         z = torch.zeros_like(e) if z0 is None else z0
         exited = torch.ones(self.slots, dtype=torch.bool, device=run.device)

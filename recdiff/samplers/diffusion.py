@@ -156,7 +156,7 @@ class DiffusionBatch:
         alpha, b = p["init_scale"], slot
         ids = torch.tensor([req.prompt], device=self.dev)
         # the prompt at r recurrences in one parallel pass; its last logits give the first new token
-        call = run.call(torch.arange(L, device=self.dev)[None], rows=run.rows_all[b : b + 1])
+        call = run.call(torch.arange(L, device=self.dev)[None], rows=run.rows_all[b : b + 1], keys=L)
         e = run.embed(ids, call)
         zp = m.initial_state(e, alpha, gen)
         for k in range(self.r):
@@ -236,8 +236,11 @@ class DiffusionBatch:
             z = (1 - b_t) * z + b_t * self._noise(Wh, live)[:, :T]
 
         # 3.-4. P, r' recurrences, C over the padded wavefront
+        # the furthest query: the last padded row of the slot whose wavefront starts furthest (start = n_frozen - 1)
+        keys = run.keys(max(self.host[b]["n_frozen"] - 1 for b in live) + T)
+
         def model_step(ids: Tensor, pos: Tensor, z: Tensor, e_mix: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-            call = run.call(pos)
+            call = run.call(pos, keys=keys)
             e = run.embed(ids, call)
             if eta > 0:
                 e = e * (1 - eta) + eta * e_mix
@@ -245,7 +248,7 @@ class DiffusionBatch:
                 z = run.core(z, e, call)
             return z, e, run.decode(z, call)
 
-        z, e, logits = run.graphed(f"diffusion-r{ri}-eta{eta}", model_step, ids, pos, z, e_mix)
+        z, e, logits = run.graphed(f"diffusion-r{ri}-eta{eta}-k{keys}", model_step, ids, pos, z, e_mix)
         if eta > 0:
             self.prev_e[:, :T] = e
             self.prev_e_start, self.prev_e_len = start.clone(), W.clone()

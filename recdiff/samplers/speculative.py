@@ -73,7 +73,8 @@ class SpeculativeBatch:
         ids = torch.tensor([req.prompt], device=run.device)
         z = m.initial_state(torch.zeros((1, L, m.config.n_embd), device=run.device, dtype=run.dtype), self.alpha,
                             req.generator)
-        logits = run.recur(ids, torch.arange(L, device=run.device)[None], self.r, z, rows=run.rows_all[slot : slot + 1])
+        logits = run.recur(ids, torch.arange(L, device=run.device)[None], self.r, z, rows=run.rows_all[slot : slot + 1],
+                           keys=L)
         tok = int(self.opts.select(logits[0, -1:], req.generator)[0])
         req.data = {"tokens": [tok], "accepted": [], "core_passes": self.r, "tokens_forward": self.r * L,
                     "committed": L, "max_len": min(L + req.max_new_tokens + self.look, m.config.block_size),
