@@ -21,7 +21,7 @@ def test_a_checkpoint_without_tokenizer_on_a_text_benchmark_names_the_missing_fi
     proc = run_sweep(args, check=False, timeout=120)
     assert proc.returncode == 2 and not (tmp_path / "j.log").exists()
     assert proc.stderr.strip().splitlines() == [
-        f"error: {FIXTURE / 'tokenizer.json'} not found: benchmark arith needs the checkpoint's tokenizer "
+        f"error: {FIXTURE.resolve() / 'tokenizer.json'} not found: benchmark arith needs the checkpoint's tokenizer "
         "(model.tokenizer=bytes feeds UTF-8 bytes as token ids, for test checkpoints)"]
 
 
