@@ -96,6 +96,17 @@ class SamplerTable:
         return "\n".join(out) + "\n"
 
 
+
+def _measured(df: pl.DataFrame, purpose: str) -> pl.DataFrame:
+    """COMPLETE trials with both objectives, from one identity per benchmark (else RecdiffError)."""
+    check_identities(df)
+    if "state" in df.columns:
+        df = df.filter(pl.col("state") == "COMPLETE")
+    df = df.filter(pl.col("accuracy").is_not_null() & pl.col("tokens_per_s").is_not_null())
+    if df.is_empty():
+        raise RecdiffError(f"no complete trials with accuracy and tokens_per_s to {purpose}")
+    return df
+
 def _cells(r: Row, benchmarks: list[str]) -> list[str]:
     out = []
     for b in benchmarks:
@@ -152,12 +163,7 @@ def sampler_table(df: pl.DataFrame, benchmarks: list[str] | None = None, relativ
 
     `relative`: "best" — one relative row for the diffusion row with the highest mean accuracy
     (the paper's conservative default), "each" — one per diffusion row, "none", or a row label."""
-    check_identities(df)
-    if "state" in df.columns:
-        df = df.filter(pl.col("state") == "COMPLETE")
-    df = df.filter(pl.col("accuracy").is_not_null() & pl.col("tokens_per_s").is_not_null())
-    if df.is_empty():
-        raise RecdiffError("no complete trials with accuracy and tokens_per_s to tabulate")
+    df = _measured(df, "tabulate")
     df = df.with_columns(pl.col("benchmark").fill_null("—").cast(pl.String),
                          pl.col("sampler").fill_null("diffusion").cast(pl.String))
     benchmarks = benchmarks or list(dict.fromkeys(df["benchmark"].to_list()))
@@ -271,12 +277,7 @@ def speedup_table(df: pl.DataFrame) -> pl.DataFrame:
     `reference_trials` (repeats averaged, as Table 1's cells). Without a reference both are null.
     Rows: baselines first (the reference, static AR by r, adaptive, speculative), then the other trials by number.
     The sweep's closing table, the report and Table 1's relative row all use these numbers."""
-    check_identities(df)
-    if "state" in df.columns:
-        df = df.filter(pl.col("state") == "COMPLETE")
-    df = df.filter(pl.col("accuracy").is_not_null() & pl.col("tokens_per_s").is_not_null())
-    if df.is_empty():
-        raise RecdiffError("no complete trials with accuracy and tokens_per_s to compare")
+    df = _measured(df, "compare")
     if "benchmark" not in df.columns:
         df = df.with_columns(pl.lit(None, pl.String).alias("benchmark"))
     if "sampler" not in df.columns:

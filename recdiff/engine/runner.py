@@ -28,8 +28,6 @@ from torch import Tensor
 from recdiff.cache import Call, SlotKV, make_call
 from recdiff.model import RecurrentDepthModel, rope_table
 
-COMPILE_MODES = ("eager", "compile")
-
 
 def set_compile(model: RecurrentDepthModel, compile: bool) -> None:
     """Switch how the engine runs ``model`` (what ``recdiff.load_model(..., compile=...)`` sets)."""

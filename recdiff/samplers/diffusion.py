@@ -38,8 +38,6 @@ reads back once (the slots' pointers and flags). Tokens, positions and counters 
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 from torch import Tensor
@@ -118,7 +116,6 @@ class DiffusionBatch:
         self.r_freeze = p["r_freeze"] or (self.r if p["freeze"] == "fixed" else None)
         self.adaptive, self.reference = p["freeze"] == "adaptive", p["adaptive_rule"] == "reference"
         self.Tw = self.cap + self.h  # window rows: the widest wavefront plus one step's growth
-        block = m.config.block_size
         # padded wavefront rows reach up to Tw positions past the furthest front
         length = cache_length(m, opts.longest + self.cap + self.h + 1) + self.Tw + 1
         self.runner = run = Runner.get(m, opts.slots, length, "shared")
@@ -208,9 +205,9 @@ class DiffusionBatch:
         return out
 
     def _step(self, live: list[int]) -> None:
-        p, run, m = self.p, self.runner, self.m
+        p, run = self.p, self.runner
         eta, beta, eps, ri = p["eta"], p["beta"], p["epsilon"], self.r_inner
-        dev, S, E = self.dev, self.S, self.E
+        dev, E = self.dev, self.E
         on = torch.zeros(self.slots, dtype=torch.bool, device=dev)
         on[live] = True
         Wh = [self.host[b]["W"] if b in live else 0 for b in range(self.slots)]
