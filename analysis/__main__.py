@@ -1,4 +1,4 @@
-"""python -m analysis {report,notebooks,trials} <study or dir> — see analysis/README.md."""
+"""python -m analysis {report,notebooks,trials} <study or dir> | paper [--scale ci|full] — see analysis/README.md."""
 from __future__ import annotations
 
 import argparse
@@ -23,8 +23,16 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--formats", default="png,pdf", help="figure formats, comma-separated")
         if name == "notebooks":
             p.add_argument("--only", action="append", default=None, help="notebook name (repeatable)")
+    p = sub.add_parser("paper", help="run every sweeps/ recipe on the embedded default; figures, tables, report.md "
+                                     "with the paper's claims and computed verdicts")
+    p.add_argument("--out", "-o", type=Path, default=Path("outputs/paper"), help="output dir (default outputs/paper)")
+    p.add_argument("--scale", default="ci", help="ci (≤ 10 min on 2 cores, default) | full (≤ 60 min) | smoke (tests)")
+    p.add_argument("--only", action="append", default=None, help="recipe name (repeatable): run only these")
     args = parser.parse_args(argv)
     try:
+        if args.command == "paper":
+            from analysis.paper import run_paper
+            return run_paper(args.out, args.scale, args.only)
         if args.command == "report":
             from analysis.report import write_report
             write_report(args.source, args.out, study_name=args.study_name,

@@ -29,7 +29,7 @@ ATTR_COLUMNS: tuple[str, ...] = (
     "accuracy_low", "accuracy_high", "n_samples", "core_passes_per_token", "peak_memory_bytes",
     "kv_cache_bytes", "output_dir", "samples_path", "trace_paths",
 )
-TRACE_KEYS: tuple[str, ...] = ("tokens", "frozen", "counter", "delta", "prompt_len")
+TRACE_KEYS: tuple[str, ...] = ("tokens", "frozen", "counter", "delta", "prompt_len", "text_ids", "text")
 _URL_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "oracle", "mssql")
 
 
@@ -337,4 +337,8 @@ def load_trace(trace: Any) -> dict[str, Any]:
         out["counter"] = np.asarray(out["counter"])
     if out["delta"] is not None:
         out["delta"] = np.asarray(out["delta"], dtype=np.float32)
+    ids, text = out.pop("text_ids"), out.pop("text")
+    # token id → its text, when the trial recorded it (recdiff.trace.DiffusionTrace.save); None for older traces
+    out["text"] = dict(zip(np.asarray(ids).tolist(), np.asarray(text).tolist())) if ids is not None and text is not None \
+        else None
     return out

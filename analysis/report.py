@@ -18,6 +18,7 @@ from analysis.load import check_identities, load_samples, load_trials, resolve, 
 from analysis.pareto import frame_hypervolume, knee, pareto_front
 from analysis.tables import format_speedup, sampler_table, speedup_table
 from recdiff.errors import RecdiffError
+from recdiff.schema import SAMPLER_SCHEMAS
 
 # (swept parameter, grouping parameter): the paper's one-parameter trade-off figures.
 TRADEOFFS: tuple[tuple[str, str | None], ...] = (
@@ -83,9 +84,21 @@ def _cache(df: pl.DataFrame) -> Figure:
     return fig
 
 
+# Trace pictures print each cell's token: the first TRACE_POSITIONS generated positions, CELL_IN inches per cell.
+TRACE_POSITIONS = 32
+CELL_IN = (0.3, 0.2)
+
+
+def _trace_size(trace: str, min_w: float, min_h: float) -> tuple[float, float]:
+    cols, rows = plots.trace_cells(trace, TRACE_POSITIONS)
+    return max(min_w, 1.2 + CELL_IN[0] * cols), max(min_h, 1.0 + CELL_IN[1] * rows)
+
+
 def _stability(trace: str, title: str) -> Figure:
-    fig, axes = _fig(2, width=4.6, height=3.6)
-    plots.plot_token_trace(trace, ax=axes[0])
+    w, h = _trace_size(trace, 4.6, 3.6)
+    with plt.style.context(plots.STYLE):
+        fig, axes = plt.subplots(1, 2, figsize=(w + 4.6, h), width_ratios=[w, 4.6])
+    plots.plot_token_trace(trace, max_positions=TRACE_POSITIONS, ax=axes[0])
     plots.plot_position_stability(trace, ax=axes[1])
     fig.suptitle(title, fontsize=9)
     return fig
@@ -99,11 +112,36 @@ def _latent(trace: str, title: str) -> Figure:
 
 
 def _examples(traces: list[tuple[str, str]]) -> Figure:
-    fig, axes = _fig(len(traces), width=3.4, height=3.4)
-    for ax, (trace, title) in zip(axes, traces):
-        plots.plot_token_trace(trace, ax=ax)
+    sizes = [_trace_size(trace, 3.4, 3.4) for trace, _ in traces]
+    with plt.style.context(plots.STYLE):
+        fig, axes = plt.subplots(1, len(traces), figsize=(sum(w for w, _ in sizes), max(h for _, h in sizes)),
+                                 width_ratios=[w for w, _ in sizes], squeeze=False)
+    for ax, (trace, title) in zip(axes[0], traces):
+        plots.plot_token_trace(trace, max_positions=TRACE_POSITIONS, ax=ax)
         ax.set_title(title, fontsize=8)
     return fig
+
+
+def example_traces(traced: list[dict], keys: Sequence[str], n: int = 3) -> list[dict]:
+    """Up to `n` traced trials of distinct settings for fig:qualitative_examples. As the paper draws it: the
+    default r′ (4) first, then the smallest r′ values (they need more adaptive computation); otherwise the first
+    distinct settings."""
+    distinct, seen = [], set()
+    for r in traced:
+        key = tuple(r.get(k) for k in keys)
+        if key not in seen:
+            seen.add(key)
+            distinct.append(r)
+    if "r_inner" in keys and len({r.get("r_inner") for r in distinct}) > 1:
+        by_r: dict[Any, dict] = {}
+        for r in distinct:
+            by_r.setdefault(r.get("r_inner"), r)
+        order = sorted(by_r, key=lambda v: (v != DEFAULT_R_INNER, v is None, v or 0))
+        return [by_r[v] for v in order[:n]]
+    return distinct[:n]
+
+
+DEFAULT_R_INNER = SAMPLER_SCHEMAS["diffusion"]().r_inner   # the paper's r′ (4), the sampler's default
 
 
 def _settings_title(row: dict, keys: Sequence[str]) -> str:
@@ -163,13 +201,8 @@ def plan_figures(df: pl.DataFrame) -> list[tuple[str, Builder]]:
         figs.append(("token_stability", lambda p=pick, t=title: _stability(p["trace"], t)))
         if _has_delta(pick["trace"]):
             figs.append(("latent_change", lambda p=pick, t=title: _latent(p["trace"], t)))
-        examples, seen = [], set()
-        for r in traced:  # one example per distinct setting, as in fig:qualitative_examples
-            key = tuple(r.get(k) for k in keys)
-            if key not in seen:
-                seen.add(key)
-                examples.append((r["trace"], _settings_title(r, keys)))
-        figs.append(("qualitative_examples", lambda e=examples[:3]: _examples(e)))
+        examples = [(r["trace"], _settings_title(r, keys)) for r in example_traces(traced, keys)]
+        figs.append(("qualitative_examples", lambda e=examples: _examples(e)))
     return figs
 
 

@@ -201,6 +201,8 @@ class StudyConfig:
     seed: Optional[int] = None            # Optuna sampler seed
     population_size: int = 8              # NSGA-II
     skip_duplicates: bool = True          # an identical configuration already COMPLETE is not re-run
+    # grid mode: a configuration COMPLETE in another study of the storage under the same identity is copied, not re-run
+    reuse: bool = True
     # grid mode: also record the paper's baselines (static AR r=32/4/8, adaptive, speculative) once per identity
     # (recdiff/study/baselines.py); a searched study does not (its sampler would see their parameters)
     baselines: bool = True

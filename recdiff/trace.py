@@ -6,6 +6,7 @@ Compact on purpose: int32 tokens and counters, float16 latent changes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,12 +26,18 @@ class DiffusionTrace:
     def steps(self) -> int:
         return int(self.tokens.shape[0])
 
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, decode: Callable[[int], str] | None = None) -> Path:
+        """Write the arrays; with ``decode`` also each token id's text (``text_ids`` → ``text``), so the pictures
+        can print tokens without the tokenizer that made them."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        extra = {}
+        if decode is not None:
+            ids = np.unique(self.tokens[self.tokens >= 0])
+            extra = {"text_ids": ids.astype(np.int32), "text": np.array([decode(int(i)) for i in ids], dtype=np.str_)}
         np.savez_compressed(path, tokens=self.tokens, frozen=self.frozen, counter=self.counter,
                             stability=self.stability, delta=self.delta,
-                            prompt_len=np.int32(self.prompt_len))
+                            prompt_len=np.int32(self.prompt_len), **extra)
         return path
 
     @classmethod

@@ -344,7 +344,7 @@ def run_trial(work: Workload, cfg: DictConfig, output_dir: str | os.PathLike) ->
         if getattr(res, "trace", None) is not None:
             path = out / "traces" / f"{i:03d}_{_safe(problem.id)}.npz"
             path.parent.mkdir(parents=True, exist_ok=True)
-            res.trace.save(str(path))
+            res.trace.save(str(path), decode=lambda i: codec.decode([i]))
             trace_paths.append(str(path))
 
     scores = work.benchmark.score_all(work.problems, completions)

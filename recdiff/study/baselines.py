@@ -25,10 +25,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from optuna.trial import TrialState
 
 from recdiff.schema import SAMPLER_SCHEMAS
-from recdiff.study.record import (SWEEP_TOKEN_ENV, Outcome, claim_trial, config_hash, evaluate, finish_trial, holder,
-                                  log_trial, provenance, write_result)
+from recdiff.study.loop import run_claimed
+from recdiff.study.record import SWEEP_TOKEN_ENV, config_hash, holder
 from recdiff.study.space import grid_params
-from recdiff.study.storage import Heartbeat, fail_stale_trials
+from recdiff.study.storage import fail_stale_trials
 
 log = logging.getLogger("recdiff.study")
 
@@ -61,7 +61,8 @@ def _tried_in_this_sweep(study: optuna.Study, digest: str) -> bool:
 
 def run_baselines(cfg: DictConfig, study: optuna.Study, work: Any, out_dir: Path,
                   identity: dict[str, Any]) -> list[int]:
-    """Record the baselines of this job's identity that the study does not hold; the numbers of the trials run."""
+    """Record the baselines of this job's identity that the study does not hold (measured, or copied from another
+    study of the storage, see :func:`~recdiff.study.loop.run_claimed`); the numbers of the trials recorded."""
     fail_stale_trials(study)
     ran = []
     for sampler, settings in BASELINES:
@@ -73,29 +74,10 @@ def run_baselines(cfg: DictConfig, study: optuna.Study, work: Any, out_dir: Path
             continue
         if _tried_in_this_sweep(study, digest):
             continue
-        params = grid_params(bcfg)
         attrs = {"config_hash": digest, "identity": identity, "baseline": True,
                  "sweep_token": os.environ.get(SWEEP_TOKEN_ENV)}
-        trial = claim_trial(study, params, attrs)
-        if (found := holder(study, digest)) is not None and found.number != trial.number:
-            # another process claimed it at the same moment, with a lower number: it runs it
-            finish_trial(study, trial._trial_id, Outcome(TrialState.PRUNED, None, {
-                "duplicate_of": found.number, "prune_reason": f"duplicate of trial {found.number}"}, []), "")
-            continue
-        job_dir = out_dir / baseline_name(sampler, settings)
-        log.info("baseline %s (trial %d)", baseline_name(sampler, settings), trial.number)
-        try:
-            with Heartbeat(study._storage, trial._trial_id, int(cfg.study.heartbeat_interval)):
-                outcome = evaluate(work, bcfg, job_dir)
-        except BaseException:   # interrupted: record, re-queue, stop (as a grid trial)
-            from recdiff.study.loop import _interrupted
-
-            _interrupted(study, trial._trial_id)
-            raise
-        outcome.attrs.update(provenance(bcfg, work.device, job_dir), identity=identity, baseline=True)
-        trial = finish_trial(study, trial._trial_id, outcome, str(cfg.study.artifact_dir))
-        plain = {k: v for k, (v, _) in params.items()}
-        log_trial(trial.number, outcome, plain)
-        write_result(job_dir, trial, outcome, plain, {"baseline": True})
-        ran.append(trial.number)
+        log.info("baseline %s", baseline_name(sampler, settings))
+        done = run_claimed(bcfg, study, work, out_dir / baseline_name(sampler, settings), grid_params(bcfg), attrs)
+        if done is not None:
+            ran.append(done[0].number)
     return ran

@@ -27,8 +27,8 @@ from omegaconf import DictConfig
 from recdiff.study.identity import check_identity, identity_from_config, weights_digest
 from recdiff.study.preflight import check_run, check_sampler, check_study, check_writable_outputs
 from recdiff.study.record import (SWEEP_TOKEN_ENV, Outcome, claim_trial, config_dict, config_hash, evaluate, find_duplicate,
-                                  finish_trial, holder, log_trial, provenance, store_artifacts, write_json,
-                                  write_result)
+                                  finish_trial, holder, log_trial, provenance, reusable, reused_outcome,
+                                  store_artifacts, write_json, write_result)
 from recdiff.study.space import grid_params, make_sampler, search_space
 from recdiff.study.storage import Heartbeat, fail_stale_trials, open_storage, open_study, resolve_storage_url
 
@@ -65,32 +65,51 @@ def _skip(study: optuna.Study, found: FrozenTrial, job_dir: Path) -> tuple[float
     return None
 
 
+def run_claimed(cfg: DictConfig, study: optuna.Study, work: Any, job_dir: Path, params: dict[str, Any],
+                attrs: dict[str, Any]) -> tuple[FrozenTrial, Outcome] | None:
+    """Claim a grid configuration, then measure it, or copy it from another study of the storage that measured it
+    under the same identity (``study.reuse``), and record it. None when another process holds it (see ``holder``)."""
+    digest = attrs["config_hash"]
+    trial = claim_trial(study, params, attrs)
+    if (found := holder(study, digest)) is not None and found.number != trial.number:
+        # another process claimed it at the same moment, with a lower number: it runs, this claim steps back
+        finish_trial(study, trial._trial_id, Outcome(TrialState.PRUNED, None, {
+            "duplicate_of": found.number, "prune_reason": f"duplicate of trial {found.number}"}, []), "")
+        return None
+    source = reusable(study, digest, attrs["identity"]) if cfg.study.get("reuse", True) else None
+    if source is not None:
+        outcome = reused_outcome(*source)
+        log.info("trial %d: reused trial %d of study %s (same configuration and identity)", trial.number,
+                 source[1].number, source[0])
+    else:
+        try:
+            with Heartbeat(study._storage, trial._trial_id, int(cfg.study.heartbeat_interval)):
+                outcome = evaluate(work, cfg, job_dir)
+        except BaseException:   # interrupted (Ctrl-C, SIGTERM): record, re-queue, stop
+            _interrupted(study, trial._trial_id)
+            raise
+        outcome.attrs.update(provenance(cfg, work.device, job_dir))
+    outcome.attrs.update(attrs)
+    trial = finish_trial(study, trial._trial_id, outcome, str(cfg.study.artifact_dir))
+    plain = {k: v for k, (v, _) in params.items()}
+    log_trial(trial.number, outcome, plain)
+    write_result(job_dir, trial, outcome, plain, {"baseline": True} if attrs.get("baseline") else None)
+    return trial, outcome
+
+
 def run_grid_trial(cfg: DictConfig, study: optuna.Study, work: Any, job_dir: Path,
                    identity: dict[str, Any] | None = None) -> tuple[float, float] | None:
     fail_stale_trials(study)
     params = grid_params(cfg)
-    plain = {k: v for k, (v, _) in params.items()}
     digest = config_hash(cfg)
     skip = bool(cfg.study.skip_duplicates)
     if skip and (found := holder(study, digest)) is not None:
         return _skip(study, found, job_dir)
     identity = identity or identity_from_config(config_dict(cfg))
-    trial = claim_trial(study, params, {"config_hash": digest, "identity": identity})
-    if skip and (found := holder(study, digest)) is not None and found.number != trial.number:
-        # another process claimed it at the same moment, with a lower number: it runs, this claim steps back
-        finish_trial(study, trial._trial_id, Outcome(TrialState.PRUNED, None, {
-            "duplicate_of": found.number, "prune_reason": f"duplicate of trial {found.number}"}, []), "")
-        return _skip(study, found, job_dir)
-    try:
-        with Heartbeat(study._storage, trial._trial_id, int(cfg.study.heartbeat_interval)):
-            outcome = evaluate(work, cfg, job_dir)
-    except BaseException:   # interrupted (Ctrl-C, SIGTERM): record, re-queue, stop
-        _interrupted(study, trial._trial_id)
-        raise
-    outcome.attrs.update(provenance(cfg, work.device, job_dir), identity=identity)
-    trial = finish_trial(study, trial._trial_id, outcome, str(cfg.study.artifact_dir))
-    log_trial(trial.number, outcome, plain)
-    write_result(job_dir, trial, outcome, plain)
+    done = run_claimed(cfg, study, work, job_dir, params, {"config_hash": digest, "identity": identity})
+    if done is None:
+        return _skip(study, holder(study, digest), job_dir)
+    _, outcome = done
     return tuple(outcome.values) if outcome.values else None
 
 

@@ -17,6 +17,7 @@ import platform
 import subprocess
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -182,6 +183,33 @@ def holder(study: optuna.Study, digest: str) -> FrozenTrial | None:
             if t.user_attrs.get("config_hash") == digest]
     done = [t for t in same if t.state == TrialState.COMPLETE]
     return done[0] if done else min(same, key=lambda t: t.number, default=None)
+
+
+def reusable(study: optuna.Study, digest: str, identity: Mapping[str, Any]) -> tuple[str, FrozenTrial] | None:
+    """(study name, trial): a COMPLETE trial of the same configuration, measured under the same identity, in another
+    study of the same storage. The paper's recipes share their common configurations (the baselines, the sampler's
+    defaults) this way instead of computing them once per recipe."""
+    from recdiff.study.identity import key, trial_identity
+
+    storage = study._storage
+    ours = key(identity)
+    for other in storage.get_all_studies():
+        if other._study_id == study._study_id:
+            continue
+        for t in storage.get_all_trials(other._study_id, deepcopy=False, states=(TrialState.COMPLETE,)):
+            if t.user_attrs.get("config_hash") != digest or "reused_from" in t.user_attrs:
+                continue
+            theirs = trial_identity(t.user_attrs)
+            if theirs is not None and key(theirs) == ours:
+                return other.study_name, t
+    return None
+
+
+def reused_outcome(source_study: str, source: FrozenTrial) -> Outcome:
+    """The outcome of ``source`` recorded again: same values and measurements, a link to where they were measured."""
+    attrs = {k: v for k, v in source.user_attrs.items() if k not in ("sweep_token", "baseline")}
+    attrs["reused_from"] = {"study": source_study, "trial": source.number}
+    return Outcome(TrialState.COMPLETE, list(source.values), attrs, [])
 
 
 def claim_trial(study: optuna.Study, params: dict[str, tuple[Any, BaseDistribution]],

@@ -114,10 +114,33 @@ def test_token_trace(trace):
     np.testing.assert_array_equal(arr.filled(-1), trace["tokens"])
     assert arr.mask.tolist() == (trace["tokens"] < 0).tolist()
     front = ax.lines[0]
-    assert front.get_xdata().tolist() == trace["frozen"].tolist()
+    assert front.get_xdata().tolist() == (trace["frozen"] - 0.5).tolist()   # cell p is centred on x = p
     assert front.get_ydata().tolist() == [s + 0.5 for s in range(6)]
-    assert ax.get_xlim() == (3, 8)  # prompt hidden, generated positions shown
+    assert ax.get_xlim() == (2.5, 7.5)  # prompt hidden, generated positions 3..7 shown
     assert ax.get_ylim() == (6, 0)  # steps run top to bottom
+    ax.figure.canvas.draw()
+    ticks = [t for t in ax.get_xticks() if 2.5 <= t <= 7.5]
+    assert ticks and all(float(t).is_integer() for t in ticks)   # positions, not cell edges
+    assert not ax.texts   # no token text recorded in this trace: ids in colour only
+
+
+def test_token_trace_prints_token_text(trace):
+    """A trace saved with its tokens' text (recdiff.trace.DiffusionTrace.save(decode=...)) prints them in the cells."""
+    text = {i: f"t{i}" for i in np.unique(trace["tokens"][trace["tokens"] >= 0]).tolist()}
+    text[22] = " "
+    traced = {**trace, "text_ids": np.array(list(text)), "text": np.array(list(text.values()))}
+    fig = plt.figure(figsize=(4, 3))
+    ax = plots.plot_token_trace(traced, ax=fig.add_subplot())
+    shown = [(s, p) for s in range(6) for p in range(3, 8) if trace["tokens"][s, p] >= 0]
+    assert len(ax.texts) == len(shown)
+    got = {(round(t.get_position()[1] - 0.5), round(t.get_position()[0])): t.get_text() for t in ax.texts}
+    assert got == {(s, p): plots.token_label(text[int(trace["tokens"][s, p])]) for s, p in shown}
+    assert got[(2, 4)] == "␣"                           # whitespace is drawn, not left blank
+    assert min(t.get_fontsize() for t in ax.texts) >= plots.MIN_TEXT_PT
+    # a window of positions: the first two generated positions and the steps until both are frozen
+    ax = plots.plot_token_trace(traced, max_positions=2)
+    assert ax.get_xlim() == (2.5, 4.5) and ax.get_ylim() == (4, 0)   # frozen reaches 5 at step 3
+    assert {round(t.get_position()[0]) for t in ax.texts} == {3, 4}
 
 
 def test_latent_change(trace):

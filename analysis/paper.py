@@ -1,0 +1,311 @@
+"""`python -m analysis paper`: every recipe in `sweeps/` on the embedded default, every figure and table, and a
+`report.md` that states each figure's claim from the paper and whether the run agrees (:mod:`analysis.claims`).
+
+Each recipe runs as the README says to run it (``python sweep.py -m sweeps=<recipe> model=embedded
+benchmark=arith``), at the scale's slice, into one Optuna journal under the output folder, one study per recipe
+(``paper_<scale>-<recipe>``). The studies share every configuration they have in common (the baselines, the sampler's
+defaults, a grid point two recipes both sweep) through the study identity (``study.reuse``): it is measured once
+and copied into the other studies. Running the command again completes what is missing and redraws everything.
+
+Output (default ``outputs/paper/``)::
+
+    report.md                 claims, verdicts, the figures, Table 1 and the speed-up table
+    verdicts.csv              one row per claim: figure, recipe, status, evidence
+    figures/<recipe>/         `analysis report` of the recipe's study (figures, table1.md/.tex, speedup.md, ...)
+    runs/<recipe>/            the sweep's Hydra output (per-trial samples, traces)
+    logs/<recipe>.log         the sweep's console output
+    optuna/journal.log        the studies (browse with `optuna-dashboard <out>/optuna/journal.log`)
+    paper.json                what ran: scale, command lines, studies, timings
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import yaml
+
+from analysis.claims import CLAIMS, Claim, Verdict, judge_all
+from recdiff.errors import RecdiffError
+
+REPO = Path(__file__).resolve().parent.parent
+SWEEPS = REPO / "sweeps"
+# Recipes in the order they run: the big grid first (its points are reused by the one-parameter recipes).
+ORDER = ("pareto_r_inner_beta", "tradeoff_r_inner", "tradeoff_epsilon", "eta", "beta_schedule", "wavefront",
+         "headway", "init_scale", "continuous_compute", "kv_sharing", "table1", "search_nsga2")
+EMBEDDED = ("model=embedded", "benchmark=arith")
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How big a run is: the benchmark slice, the problems timed for tokens/s, how many values of each swept
+    parameter are kept (None: all, as the recipe lists them) and the size of the NSGA-II search."""
+    limit: int
+    speed_samples: int
+    max_values: int | None
+    search_trials: int
+    population: int
+    minutes: int          # the budget it is sized for, on 2 CPU cores (printed, not enforced)
+
+
+SCALES: dict[str, Scale] = {
+    "smoke": Scale(limit=8, speed_samples=1, max_values=2, search_trials=2, population=2, minutes=3),  # tests
+    "ci": Scale(limit=40, speed_samples=4, max_values=3, search_trials=8, population=4, minutes=10),
+    "full": Scale(limit=200, speed_samples=16, max_values=None, search_trials=32, population=8, minutes=60),
+}
+
+
+@dataclass
+class Recipe:
+    name: str
+    params: dict[str, list[str]]   # hydra.sweeper.params, values as written
+    search: bool                   # an ask/tell recipe (no -m)
+    comment: str                   # the recipe's first comment line: what of the paper it draws
+
+    @classmethod
+    def load(cls, path: Path) -> "Recipe":
+        text = path.read_text()
+        data = yaml.safe_load(text) or {}
+        params = ((data.get("hydra") or {}).get("sweeper") or {}).get("params") or {}
+        search = any("/study" in str(d) and "search" in str(d) for d in data.get("defaults") or [])
+        first = next((ln.lstrip("# ").strip() for ln in text.splitlines() if ln.startswith("#") and "@package" not in ln),
+                     "")
+        return cls(path.stem, {k: [v.strip() for v in str(vals).split(",")] for k, vals in params.items()}, search,
+                   first)
+
+
+def recipes(only: Sequence[str] | None = None) -> list[Recipe]:
+    found = {p.stem: p for p in SWEEPS.glob("*.yaml")}
+    if only:
+        unknown = [n for n in only if n not in found]
+        if unknown:
+            raise RecdiffError(f"unknown recipe(s) {', '.join(unknown)} (sweeps/: {', '.join(sorted(found))})")
+    names = [n for n in ORDER if n in found] + sorted(set(found) - set(ORDER))
+    return [Recipe.load(found[n]) for n in names if not only or n in only]
+
+
+def _default(key: str) -> str | None:
+    """The sampler's default for a swept `sampler.<key>` (kept when a scale thins the values)."""
+    from recdiff.schema import SAMPLER_SCHEMAS
+
+    if not key.startswith("sampler."):
+        return None
+    v = getattr(SAMPLER_SCHEMAS["diffusion"](), key.split(".", 1)[1], None)
+    return None if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def thin(values: list[str], k: int | None, keep: str | None = None) -> list[str]:
+    """At most `k` (≥ 2) of `values`: both ends, `keep` (the sampler's default) if listed, then repeatedly the value
+    farthest (in list position) from those chosen, so a thinned sweep still spans its range."""
+    if k is None or len(values) <= k:
+        return list(values)
+    chosen = {0, len(values) - 1}
+    at = next((i for i, v in enumerate(values) if keep is not None and _same(v, keep)), None)
+    if at is not None and len(chosen) < k:
+        chosen.add(at)
+    while len(chosen) < k:
+        rest = [i for i in range(len(values)) if i not in chosen]
+        chosen.add(max(rest, key=lambda i: (min(abs(i - j) for j in chosen), -i)))
+    return [values[i] for i in sorted(chosen)]
+
+
+def _same(a: str, b: str) -> bool:
+    try:
+        return float(a) == float(b)
+    except ValueError:
+        return a.lower() == b.lower()
+
+
+def sweep_command(recipe: Recipe, scale: Scale, scale_name: str, out: Path) -> list[str]:
+    """The `sweep.py` command line that runs `recipe` at `scale` into `out`."""
+    study = f"paper_{scale_name}-{recipe.name}"
+    args = [sys.executable, str(REPO / "sweep.py")]
+    if not recipe.search:
+        args.append("-m")
+    args += [f"sweeps={recipe.name}", *EMBEDDED, f"benchmark.limit={scale.limit}",
+             f"run.speed_samples={scale.speed_samples}", "run.progress=false",
+             f"study.name={study}", f"study.storage={out / 'optuna' / 'journal.log'}",
+             f"study.artifact_dir={out / 'optuna' / 'artifacts'}"]
+    if recipe.search:
+        args += [f"study.n_trials={scale.search_trials}", f"study.population_size={scale.population}",
+                 f"hydra.run.dir={out / 'runs' / recipe.name}"]
+    else:
+        args.append(f"hydra.sweep.dir={out / 'runs' / recipe.name}")
+        for key, values in recipe.params.items():
+            if key == "benchmark":   # table1's four benchmarks: the embedded default has one
+                continue
+            kept = thin(values, scale.max_values, _default(key)) if key.startswith("sampler.") else values  # Table 1's rows stay
+            args.append(f"{key}={','.join(kept)}")
+    return args
+
+
+def study_name(recipe: str, scale_name: str) -> str:
+    return f"paper_{scale_name}-{recipe}"
+
+
+def run_recipe(recipe: Recipe, scale: Scale, scale_name: str, out: Path, say: Callable[[str], None]) -> dict:
+    """Run one recipe's sweep, its console output into logs/<recipe>.log; echo one line per trial."""
+    cmd = sweep_command(recipe, scale, scale_name, out)
+    log = out / "logs" / f"{recipe.name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    counts = {"COMPLETE": 0, "reused": 0, "skipped": 0, "FAIL": 0, "PRUNED": 0}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with log.open("w") as fh:
+        fh.write("$ " + " ".join(cmd) + "\n")
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            fh.write(line)
+            fh.flush()
+            text = line.rstrip()
+            if "reused trial" in text:
+                counts["reused"] += 1
+            elif "skipped: identical configuration" in text:
+                counts["skipped"] += 1
+            for state in ("COMPLETE", "FAIL", "PRUNED"):
+                if f" {state} " in text and "] - trial " in text:
+                    counts[state] += 1
+                    say("    " + text.split("] - ", 1)[-1][:150])
+            if text.startswith("error:"):
+                say("    " + text)
+        rc = proc.wait()
+    measured = counts["COMPLETE"] - counts["reused"]
+    return {"recipe": recipe.name, "study": study_name(recipe.name, scale_name), "returncode": rc,
+            "seconds": round(time.monotonic() - start, 1), "measured": measured, "reused": counts["reused"],
+            "already_in_study": counts["skipped"], "failed": counts["FAIL"], "pruned": counts["PRUNED"],
+            "command": cmd, "log": str(log)}
+
+
+def _storage(out: Path) -> str:
+    return str(out / "optuna" / "journal.log")
+
+
+def write_figures(runs: list[dict], out: Path, say: Callable[[str], None]) -> dict[str, pl.DataFrame]:
+    """`analysis report` of every recipe study into figures/<recipe>/; the trials tables, by recipe."""
+    from analysis.load import load_trials
+    from analysis.report import write_report
+
+    trials: dict[str, pl.DataFrame] = {}
+    for run in runs:
+        try:
+            df = load_trials(_storage(out), run["study"])
+        except RecdiffError as exc:
+            say(f"  {run['recipe']}: no study ({exc})")
+            continue
+        trials[run["recipe"]] = df
+        try:
+            write_report(df, out / "figures" / run["recipe"], formats=("png", "pdf"), progress=None)
+        except (RecdiffError, RuntimeError) as exc:
+            say(f"  {run['recipe']}: report incomplete ({exc})")
+        say(f"  figures/{run['recipe']}/: {', '.join(sorted(p.name for p in (out / 'figures' / run['recipe']).glob('*.png')))}")
+    return trials
+
+
+def _interval(trials: dict[str, pl.DataFrame]) -> tuple[int | None, float | None]:
+    frames = [df.filter(pl.col("state") == "COMPLETE") for df in trials.values() if "accuracy_high" in df.columns]
+    frames = [f for f in frames if not f.is_empty()]
+    if not frames:
+        return None, None
+    df = pl.concat([f.select("n_samples", "accuracy_low", "accuracy_high") for f in frames], how="vertical_relaxed")
+    n = int(df["n_samples"].median()) if df["n_samples"].null_count() < df.height else None
+    return n, float((100 * (df["accuracy_high"] - df["accuracy_low"]) / 2).median())
+
+
+def _figure_link(out: Path, claim: Claim) -> str | None:
+    png = out / "figures" / claim.recipe / f"{claim.figure}.png"
+    return f"figures/{claim.recipe}/{claim.figure}.png" if png.is_file() else None
+
+
+def write_report_md(out: Path, scale_name: str, runs: list[dict], verdicts: list[tuple[Claim, Verdict]],
+                    trials: dict[str, pl.DataFrame], seconds: float) -> Path:
+    n, half = _interval(trials)
+    md = [f"# The paper's figures on the embedded default (`--scale {scale_name}`)", "",
+          f"`python -m analysis paper --scale {scale_name}`: every recipe in `sweeps/` run with "
+          f"`{' '.join(EMBEDDED)}` at benchmark.limit={SCALES[scale_name].limit} "
+          f"(tokens/s: median over {SCALES[scale_name].speed_samples} problems at batch 1), "
+          f"in {seconds / 60:.1f} min on {platform.node() or 'this machine'} ({os.cpu_count()} CPUs).", ""]
+    if n is not None:
+        md += [f"Accuracy is measured on {n} problems per trial: its 95% intervals are about ±{half:.1f} points, so "
+               "accuracy differences smaller than that are within sampling noise.", ""]
+    md += ["Each verdict is computed from the studies by `analysis/claims.py` (thresholds next to each check): "
+           "**agrees** when every check passes, **disagrees** when none does, **partly** otherwise.", "",
+           "| figure | paper | claim | verdict | evidence |", "|---|---|---|---|---|"]
+    for claim, v in verdicts:
+        link = _figure_link(out, claim)
+        name = f"[{claim.recipe}/{claim.figure}]({link})" if link else f"{claim.recipe}/{claim.figure}"
+        md.append(f"| {name} | {claim.paper} | {claim.text} | **{v.status}** | {v.evidence} |")
+    md += ["", "## Recipes", "", "| recipe | study | measured | reused | already there | failed | time (s) |",
+           "|---|---|---:|---:|---:|---:|---:|"]
+    for r in runs:
+        flag = "" if r["returncode"] == 0 else f" (exit {r['returncode']}, see `{Path(r['log']).relative_to(out)}`)"
+        md.append(f"| {r['recipe']}{flag} | `{r['study']}` | {r['measured']} | {r['reused']} | {r['already_in_study']} "
+                  f"| {r['failed']} | {r['seconds']:.0f} |")
+    table1 = out / "figures" / "table1" / "table1.md"
+    if table1.is_file():
+        md += ["", "## Table 1", "", table1.read_text()]
+    speed = out / "figures" / "pareto_r_inner_beta" / "speedup.md"
+    if speed.is_file():
+        md += ["", "## Relative to static AR (r=32): the (r′, β_t) grid", "", speed.read_text()]
+    md += ["", "## Figures", ""]
+    for claim, v in verdicts:
+        link = _figure_link(out, claim)
+        md += [f"### {claim.paper}: `{claim.recipe}/{claim.figure}`", "", f"*Paper:* {claim.text}", "",
+               f"*This run:* **{v.status}**: {v.evidence}.", ""]
+        md += [f"![{claim.figure}]({link})", ""] if link else ["(no figure: the study has no data for it)", ""]
+    search = out / "figures" / "search_nsga2" / "pareto.png"
+    if search.is_file():
+        md += ["### NSGA-II search (`search_nsga2`, not a paper figure)", "",
+               "![search](figures/search_nsga2/pareto.png)", ""]
+    path = out / "report.md"
+    path.write_text("\n".join(md) + "\n")
+    return path
+
+
+def run_paper(out: str | Path = "outputs/paper", scale: str = "ci", only: Sequence[str] | None = None,
+              say: Callable[[str], None] = print) -> int:
+    """Run the recipes, draw everything, judge every claim. 0 when every recipe ran; 1 when one failed (its claims
+    are n/a, everything else is still written)."""
+    if scale not in SCALES:
+        raise RecdiffError(f"unknown scale {scale!r} (choose from {', '.join(SCALES)})")
+    sc = SCALES[scale]
+    out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    todo = recipes(only)
+    say(f"paper --scale {scale}: {len(todo)} recipes on the embedded default, {sc.limit} problems per trial, "
+        f"into {out} (sized for ≤ {sc.minutes} min on 2 CPU cores)")
+    start = time.monotonic()
+    runs = []
+    for i, recipe in enumerate(todo, 1):
+        say(f"[{i}/{len(todo)}] {recipe.name}: {recipe.comment}")
+        run = run_recipe(recipe, sc, scale, out, say)
+        runs.append(run)
+        say(f"[{i}/{len(todo)}] {recipe.name}: {run['measured']} measured, {run['reused']} reused, "
+            f"{run['already_in_study']} already in the study, {run['failed']} failed in {run['seconds']:.0f}s"
+            + ("" if run["returncode"] == 0 else f" — exit {run['returncode']}, see {run['log']}"))
+    say("figures:")
+    trials = write_figures(runs, out, say)
+    verdicts = judge_all(trials, [c for c in CLAIMS if any(r["recipe"] == c.recipe for r in runs)])
+    pl.DataFrame([{"figure": c.figure, "recipe": c.recipe, "paper": c.paper, "claim": c.text, "status": v.status,
+                   "evidence": v.evidence, "disagreement": v.disagreement} for c, v in verdicts]
+                 ).write_csv(out / "verdicts.csv")
+    seconds = time.monotonic() - start
+    report = write_report_md(out, scale, runs, verdicts, trials, seconds)
+    (out / "paper.json").write_text(json.dumps({"scale": scale, "settings": asdict(sc), "seconds": round(seconds, 1),
+                                                "storage": _storage(out), "runs": runs}, indent=2) + "\n")
+    for c, v in verdicts:
+        say(f"  {v.status:>9}  {c.recipe}/{c.figure}: {c.text}")
+    say(f"report: {report} ({seconds / 60:.1f} min)")
+    failed = [r["recipe"] for r in runs if r["returncode"] != 0]
+    if failed:
+        say(f"error: recipe(s) failed: {', '.join(failed)} (their logs are in {out / 'logs'})")
+        return 1
+    return 0
