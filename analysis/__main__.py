@@ -39,9 +39,11 @@ def main(argv: list[str] | None = None) -> int:
                          formats=[f for f in args.formats.split(",") if f])
         elif args.command == "notebooks":
             from analysis import notebooks
-            names = args.only or notebooks.available()
+            paper = (Path(args.source) / "paper.json").is_file()   # the folder of `python -m analysis paper`
+            names = args.only or (["paper"] if paper else [n for n in notebooks.available() if n != "paper"])
+            out = args.out or (Path(args.source) / "notebooks" if paper else None)
             for i, name in enumerate(names, 1):
-                path = notebooks.render(name, args.source, args.out, study_name=args.study_name)
+                path = notebooks.render(name, args.source, out, study_name=args.study_name)
                 print(f"[{i}/{len(names)}] {name}: {path}")
         else:
             from analysis.load import load_trials

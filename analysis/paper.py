@@ -189,25 +189,40 @@ def _storage(out: Path) -> str:
     return str(out / "optuna" / "journal.log")
 
 
-def write_figures(runs: list[dict], out: Path, say: Callable[[str], None]) -> dict[str, pl.DataFrame]:
-    """`analysis report` of every recipe study into figures/<recipe>/; the trials tables, by recipe."""
+def load_studies(out: Path, runs: list[dict], say: Callable[[str], None] = print) -> dict[str, pl.DataFrame]:
+    """The trials table of each recipe's study, by recipe (a recipe that recorded nothing is left out)."""
     from analysis.load import load_trials
-    from analysis.report import write_report
 
     trials: dict[str, pl.DataFrame] = {}
     for run in runs:
         try:
-            df = load_trials(_storage(out), run["study"])
+            trials[run["recipe"]] = load_trials(_storage(out), run["study"])
         except RecdiffError as exc:
             say(f"  {run['recipe']}: no study ({exc})")
-            continue
-        trials[run["recipe"]] = df
-        try:
-            write_report(df, out / "figures" / run["recipe"], formats=("png", "pdf"), progress=None)
-        except (RecdiffError, RuntimeError) as exc:
-            say(f"  {run['recipe']}: report incomplete ({exc})")
-        say(f"  figures/{run['recipe']}/: {', '.join(sorted(p.name for p in (out / 'figures' / run['recipe']).glob('*.png')))}")
     return trials
+
+
+def load_paper(out: str | Path) -> tuple[dict, dict[str, pl.DataFrame]]:
+    """(paper.json, trials by recipe) of a finished `python -m analysis paper` folder."""
+    out = Path(out)
+    if not (out / "paper.json").is_file():
+        raise RecdiffError(f"{out} holds no paper.json: run `python -m analysis paper --out {out}` first")
+    manifest = json.loads((out / "paper.json").read_text())
+    return manifest, load_studies(out, manifest["runs"], say=lambda _: None)
+
+
+def write_figures(trials: dict[str, pl.DataFrame], out: Path, say: Callable[[str], None]) -> None:
+    """`analysis report` of every recipe study into figures/<recipe>/: the figures its claims need, its pareto plot,
+    Table 1, the speed-up table and the tidy trials."""
+    from analysis.report import write_report
+
+    for recipe, df in trials.items():
+        wanted = {"pareto", *(c.figure for c in CLAIMS if c.recipe == recipe)}
+        try:
+            write_report(df, out / "figures" / recipe, formats=("png", "pdf"), figures=wanted, progress=None)
+        except (RecdiffError, RuntimeError) as exc:
+            say(f"  {recipe}: report incomplete ({exc})")
+        say(f"  figures/{recipe}/: {', '.join(sorted(p.name for p in (out / 'figures' / recipe).glob('*.png')))}")
 
 
 def _interval(trials: dict[str, pl.DataFrame]) -> tuple[int | None, float | None]:
@@ -292,7 +307,8 @@ def run_paper(out: str | Path = "outputs/paper", scale: str = "ci", only: Sequen
             f"{run['already_in_study']} already in the study, {run['failed']} failed in {run['seconds']:.0f}s"
             + ("" if run["returncode"] == 0 else f" — exit {run['returncode']}, see {run['log']}"))
     say("figures:")
-    trials = write_figures(runs, out, say)
+    trials = load_studies(out, runs, say)
+    write_figures(trials, out, say)
     verdicts = judge_all(trials, [c for c in CLAIMS if any(r["recipe"] == c.recipe for r in runs)])
     pl.DataFrame([{"figure": c.figure, "recipe": c.recipe, "paper": c.paper, "claim": c.text, "status": v.status,
                    "evidence": v.evidence, "disagreement": v.disagreement} for c, v in verdicts]

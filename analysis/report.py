@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -261,10 +261,10 @@ def _summary(df: pl.DataFrame, name: str, source: Any, figures: list[tuple[str, 
 
 
 def write_report(source: Any, out_dir: str | Path | None = None, *, study_name: str | None = None,
-                 formats: Sequence[str] = ("png", "pdf"),
+                 formats: Sequence[str] = ("png", "pdf"), figures: Collection[str] | None = None,
                  progress: Callable[[str], None] | None = print) -> list[Path]:
-    """Write every applicable figure (PNG + PDF), Table 1 (Markdown + LaTeX), `trials.parquet`,
-    `samples.parquet` (when per-sample files exist) and `report.md` into `out_dir`
+    """Write every applicable figure (PNG + PDF; only the stems in `figures` when given), Table 1 (Markdown +
+    LaTeX), `trials.parquet`, `samples.parquet` (when per-sample files exist) and `report.md` into `out_dir`
     (default `outputs/<study>/`). Returns the written paths."""
     say = progress or (lambda _: None)
     if isinstance(source, pl.DataFrame):
@@ -285,8 +285,8 @@ def write_report(source: Any, out_dir: str | Path | None = None, *, study_name: 
         samples.write_parquet(out / "samples.parquet")
         written.append(out / "samples.parquet")
 
-    plan = plan_figures(df)
-    figures, failed = [], []
+    plan = [(stem, build) for stem, build in plan_figures(df) if figures is None or stem in figures]
+    drawn, failed = [], []
     for i, (stem, build) in enumerate(plan, 1):
         try:
             paths = plots.save_figure(build(), out / stem, formats)
@@ -296,7 +296,7 @@ def write_report(source: Any, out_dir: str | Path | None = None, *, study_name: 
             failed.append(f"{stem}: {type(exc).__name__}: {exc}")
             say(f"[{i}/{len(plan)}] {stem}: FAILED ({type(exc).__name__}: {exc})")
             continue
-        figures.append((stem, paths))
+        drawn.append((stem, paths))
         written += paths
         say(f"[{i}/{len(plan)}] {stem}: " + ", ".join(p.name for p in paths))
 
@@ -328,7 +328,7 @@ def write_report(source: Any, out_dir: str | Path | None = None, *, study_name: 
         written += [out / "speedup.md", out / "speedup.csv"]
         say("speedup: speedup.md, speedup.csv")
 
-    (out / "report.md").write_text(_summary(df, name, source, figures, table_md, failed, speedup_md))
+    (out / "report.md").write_text(_summary(df, name, source, drawn, table_md, failed, speedup_md))
     written.append(out / "report.md")
     say(f"report: {out / 'report.md'}")
     if failed:

@@ -21,6 +21,7 @@ REPO_ROOT = HERE.parent.parent  # kernels start here so that `import analysis` w
 
 
 def available() -> list[str]:
+    """Notebook names. `paper` takes the folder of `python -m analysis paper`; the others take one study."""
     return sorted(p.stem for p in HERE.glob("*.py") if p.name != "__init__.py")
 
 
@@ -70,7 +71,7 @@ def render(name: str, source: Any, out_dir: str | Path | None = None, *, study_n
 def render_all(source: Any, out_dir: str | Path | None = None, *, study_name: str | None = None,
                progress: Any = print) -> list[Path]:
     paths = []
-    names = available()
+    names = [n for n in available() if n != "paper"]   # `paper` reads a `python -m analysis paper` folder instead
     for i, name in enumerate(names, 1):
         paths.append(render(name, source, out_dir, study_name=study_name))
         if progress:

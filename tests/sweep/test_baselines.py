@@ -74,3 +74,24 @@ def test_baselines_can_be_turned_off(tmp_path):
                f"hydra.run.dir={tmp_path}/run"])
     trials = load(str(tmp_path / "journal.log"), "plain").get_trials()
     assert len(trials) == 1 and not trials[0].user_attrs.get("baseline")
+
+
+@requires_fixture
+def test_other_studies_of_the_storage_share_identical_configurations(tmp_path):
+    """study.reuse: a configuration COMPLETE in another study under the same identity is copied (reused_from), not
+    measured again; another identity (here another slice) or study.reuse=false measures it."""
+    where = [f"study.storage={tmp_path}/journal.log", f"study.artifact_dir={tmp_path}/art"]
+    grid = [*ARGS[:-1], "study.baselines=false", "sampler.r_inner=2"]
+    run_sweep([*grid, "study.name=a", *where, f"hydra.run.dir={tmp_path}/a"])
+    (orig,) = load(str(tmp_path / "journal.log"), "a").get_trials()
+    run_sweep([*grid, "study.name=b", *where, f"hydra.run.dir={tmp_path}/b"])
+    (copy,) = load(str(tmp_path / "journal.log"), "b").get_trials()
+    assert copy.state == TrialState.COMPLETE and copy.user_attrs["reused_from"] == {"study": "a", "trial": orig.number}
+    assert copy.values == orig.values and copy.params == orig.params
+    assert (tmp_path / "a" / "samples.parquet").exists()
+    assert not (tmp_path / "b" / "samples.parquet").exists()          # nothing was decoded for it
+    run_sweep([*grid, "study.name=c", "study.reuse=false", *where, f"hydra.run.dir={tmp_path}/c"])
+    run_sweep([*grid, "study.name=d", "benchmark.limit=1", *where, f"hydra.run.dir={tmp_path}/d"])
+    for name in ("c", "d"):
+        (t,) = load(str(tmp_path / "journal.log"), name).get_trials()
+        assert t.state == TrialState.COMPLETE and "reused_from" not in t.user_attrs
