@@ -28,11 +28,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", "-o", type=Path, default=Path("outputs/paper"), help="output dir (default outputs/paper)")
     p.add_argument("--scale", default="ci", help="ci (≤ 10 min on 2 cores, default) | full (≤ 60 min) | smoke (tests)")
     p.add_argument("--only", action="append", default=None, help="recipe name (repeatable): run only these")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="Hydra override for every sweep, e.g. run.threads=1 (repeatable)")
     args = parser.parse_args(argv)
     try:
         if args.command == "paper":
             from analysis.paper import run_paper
-            return run_paper(args.out, args.scale, args.only)
+            return run_paper(args.out, args.scale, args.only, args.override)
         if args.command == "report":
             from analysis.report import write_report
             write_report(args.source, args.out, study_name=args.study_name,

@@ -124,8 +124,9 @@ def _same(a: str, b: str) -> bool:
         return a.lower() == b.lower()
 
 
-def sweep_command(recipe: Recipe, scale: Scale, scale_name: str, out: Path) -> list[str]:
-    """The `sweep.py` command line that runs `recipe` at `scale` into `out`."""
+def sweep_command(recipe: Recipe, scale: Scale, scale_name: str, out: Path,
+                  overrides: Sequence[str] = ()) -> list[str]:
+    """The `sweep.py` command line that runs `recipe` at `scale` into `out`; `overrides` (Hydra `key=value`) last."""
     study = f"paper_{scale_name}-{recipe.name}"
     args = [sys.executable, str(REPO / "sweep.py")]
     if not recipe.search:
@@ -144,16 +145,17 @@ def sweep_command(recipe: Recipe, scale: Scale, scale_name: str, out: Path) -> l
                 continue
             kept = thin(values, scale.max_values, _default(key)) if key.startswith("sampler.") else values  # Table 1's rows stay
             args.append(f"{key}={','.join(kept)}")
-    return args
+    return args + list(overrides)
 
 
 def study_name(recipe: str, scale_name: str) -> str:
     return f"paper_{scale_name}-{recipe}"
 
 
-def run_recipe(recipe: Recipe, scale: Scale, scale_name: str, out: Path, say: Callable[[str], None]) -> dict:
+def run_recipe(recipe: Recipe, scale: Scale, scale_name: str, out: Path, say: Callable[[str], None],
+               overrides: Sequence[str] = ()) -> dict:
     """Run one recipe's sweep, its console output into logs/<recipe>.log; echo one line per trial."""
-    cmd = sweep_command(recipe, scale, scale_name, out)
+    cmd = sweep_command(recipe, scale, scale_name, out, overrides)
     log = out / "logs" / f"{recipe.name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
@@ -286,9 +288,11 @@ def write_report_md(out: Path, scale_name: str, runs: list[dict], verdicts: list
 
 
 def run_paper(out: str | Path = "outputs/paper", scale: str = "ci", only: Sequence[str] | None = None,
-              say: Callable[[str], None] = print) -> int:
+              overrides: Sequence[str] = (), say: Callable[[str], None] = print) -> int:
     """Run the recipes, draw everything, judge every claim. 0 when every recipe ran; 1 when one failed (its claims
-    are n/a, everything else is still written)."""
+    are n/a, everything else is still written). `overrides` go to every sweep (e.g. ``run.threads=1``); one that
+    changes what a trial measures (``model.compile=true``) makes the studies refuse an earlier run's trials: use
+    another `out`."""
     if scale not in SCALES:
         raise RecdiffError(f"unknown scale {scale!r} (choose from {', '.join(SCALES)})")
     sc = SCALES[scale]
@@ -301,7 +305,7 @@ def run_paper(out: str | Path = "outputs/paper", scale: str = "ci", only: Sequen
     runs = []
     for i, recipe in enumerate(todo, 1):
         say(f"[{i}/{len(todo)}] {recipe.name}: {recipe.comment}")
-        run = run_recipe(recipe, sc, scale, out, say)
+        run = run_recipe(recipe, sc, scale, out, say, overrides)
         runs.append(run)
         say(f"[{i}/{len(todo)}] {recipe.name}: {run['measured']} measured, {run['reused']} reused, "
             f"{run['already_in_study']} already in the study, {run['failed']} failed in {run['seconds']:.0f}s"
@@ -315,7 +319,8 @@ def run_paper(out: str | Path = "outputs/paper", scale: str = "ci", only: Sequen
                  ).write_csv(out / "verdicts.csv")
     seconds = time.monotonic() - start
     report = write_report_md(out, scale, runs, verdicts, trials, seconds)
-    (out / "paper.json").write_text(json.dumps({"scale": scale, "settings": asdict(sc), "seconds": round(seconds, 1),
+    (out / "paper.json").write_text(json.dumps({"scale": scale, "settings": asdict(sc), "overrides": list(overrides),
+                                                "seconds": round(seconds, 1),
                                                 "storage": _storage(out), "runs": runs}, indent=2) + "\n")
     for c, v in verdicts:
         say(f"  {v.status:>9}  {c.recipe}/{c.figure}: {c.text}")
