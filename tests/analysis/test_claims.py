@@ -106,8 +106,8 @@ def test_continuous_compute():
 
 def test_kv_sharing():
     good = [static(r, 0.40, 50, kv_cache="shared", kv_cache_bytes=1000) for r in (4, 32)] + \
-        [static(r, 0.405, 48, kv_cache="per_step", kv_cache_bytes=1000 * r) for r in (4, 32)]
-    bad = [static(r, 0.40, 50, kv_cache="shared", kv_cache_bytes=1000) for r in (4, 32)] + \
+        [static(r, 0.405, 48, kv_cache="per_step", kv_cache_bytes=500 + 500 * r) for r in (4, 32)]
+    bad = [static(r, 0.40, 50, kv_cache="shared", kv_cache_bytes=100 * r) for r in (4, 32)] + \
         [static(r, 0.45, 48, kv_cache="per_step", kv_cache_bytes=1000) for r in (4, 32)]
     assert status(claims.kv_sharing_free, good) == "agrees"
     assert status(claims.kv_sharing_free, bad) == "disagrees"
