@@ -243,10 +243,11 @@ def _figure_link(out: Path, claim: Claim) -> str | None:
 
 
 def write_report_md(out: Path, scale_name: str, runs: list[dict], verdicts: list[tuple[Claim, Verdict]],
-                    trials: dict[str, pl.DataFrame], seconds: float) -> Path:
+                    trials: dict[str, pl.DataFrame], seconds: float, overrides: Sequence[str] = ()) -> Path:
     n, half = _interval(trials)
     md = [f"# The paper's figures on the embedded default (`--scale {scale_name}`)", "",
-          f"`python -m analysis paper --scale {scale_name}`: every recipe in `sweeps/` run with "
+          f"`python -m analysis paper --scale {scale_name}"
+          f"{''.join(f' --override {o}' for o in overrides)}`: every recipe in `sweeps/` run with "
           f"`{' '.join(EMBEDDED)}` at benchmark.limit={SCALES[scale_name].limit} "
           f"(tokens/s: median over {SCALES[scale_name].speed_samples} problems at batch 1), "
           f"in {seconds / 60:.1f} min on {platform.node() or 'this machine'} ({os.cpu_count()} CPUs).", ""]
@@ -318,7 +319,7 @@ def run_paper(out: str | Path = "outputs/paper", scale: str = "ci", only: Sequen
                    "evidence": v.evidence, "disagreement": v.disagreement} for c, v in verdicts]
                  ).write_csv(out / "verdicts.csv")
     seconds = time.monotonic() - start
-    report = write_report_md(out, scale, runs, verdicts, trials, seconds)
+    report = write_report_md(out, scale, runs, verdicts, trials, seconds, overrides)
     (out / "paper.json").write_text(json.dumps({"scale": scale, "settings": asdict(sc), "overrides": list(overrides),
                                                 "seconds": round(seconds, 1),
                                                 "storage": _storage(out), "runs": runs}, indent=2) + "\n")
