@@ -261,6 +261,10 @@ def write_report_md(out: Path, scale_name: str, runs: list[dict], verdicts: list
         link = _figure_link(out, claim)
         name = f"[{claim.recipe}/{claim.figure}]({link})" if link else f"{claim.recipe}/{claim.figure}"
         md.append(f"| {name} | {claim.paper} | {claim.text} | **{v.status}** | {v.evidence} |")
+    worst = sorted((v.disagreement, i) for i, (_, v) in enumerate(verdicts) if v.disagreement > 0)[::-1][:3]
+    if worst:
+        md += ["", "Furthest from the paper (share of failed checks): " + ", ".join(
+            f"`{verdicts[i][0].recipe}/{verdicts[i][0].figure}` ({d:.0%})" for d, i in worst) + "."]
     md += ["", "## Recipes", "", "| recipe | study | measured | reused | already there | failed | time (s) |",
            "|---|---|---:|---:|---:|---:|---:|"]
     for r in runs:
