@@ -12,7 +12,8 @@ For each model and sampler, three ways of running, side by side in one process:
 - ``batch-B compiled``: all prompts through ``generate`` with ``batch_size=B`` (continuous batching): generated
   tokens per wall-clock second, a throughput, not a per-sample speed.
 
-Warm-up (compilation, graph capture, allocations) is excluded; timers synchronise the device. Also printed: core
+Warm-up (compilation, graph capture, allocations) is excluded: compiled modes run the timed work once before
+timing it; timers synchronise the device. Also printed: core
 passes per token, the diffusion/static-AR (r=32) ratio in each mode next to the ideal (r+1)/(r'+1), and the
 KV-cache memory of both cache policies at the same length.
 """
@@ -79,7 +80,7 @@ def run(model: RecurrentDepthModel, prompts: list[list[int]], sampler: str, para
     set_compile(model, mode != "batch-1 eager")
     kw = dict(max_new_tokens=max_new, stop_token_ids=[], **params)
     if mode == "batch-B compiled":
-        generate(model, prompts[:batch], sampler, batch_size=batch, **kw)  # the same shapes: captures, allocations
+        generate(model, prompts, sampler, batch_size=batch, **kw)  # the same work first: every shape it meets
         _sync(device)
         t0 = time.perf_counter()
         res = generate(model, prompts, sampler, batch_size=batch, **kw)
@@ -88,7 +89,9 @@ def run(model: RecurrentDepthModel, prompts: list[list[int]], sampler: str, para
         n = sum(len(r.tokens) for r in res)
         return {"tok_s": n / wall, "passes": sum(r.stats["core_passes"] for r in res) / n,
                 "capped": sum(bool(r.stats.get("max_steps_reached")) for r in res)}
-    for p in prompts[:warmup]:
+    # compiled: every prompt once first, so no shape the timed run meets compiles inside it (warm-up is paid once
+    # per process, as in a sweep); eager: a few prompts (allocator, caches)
+    for p in prompts if mode != "batch-1 eager" else prompts[:warmup]:
         generate(model, p, sampler, **kw)
     rates, passes, capped = [], [], 0
     for p in prompts:

@@ -63,40 +63,51 @@ class SlotKV:
         self.policy, self.slots, self.length, self.max_steps = policy, slots, length, max_steps
         self.n_prelude = config.n_layers_in_prelude
         self.n_core = config.n_layers_in_recurrent_block
-        core_slots = self.n_core * (max_steps if policy == "per_step" else 1)
-        self.n_slots = self.n_prelude + core_slots + config.n_layers_in_coda
-        self._coda0 = self.n_prelude + core_slots
+        self.n_slots = self.n_prelude + self.n_core + config.n_layers_in_coda
         # separate tensors per layer slot, written in place by (row, position): compiled code then updates only the
-        # entries it writes (a write into a view of one shared buffer would copy the whole buffer back)
+        # entries it writes (a write into a view of one shared buffer would copy the whole buffer back). Under
+        # per_step a core layer's buffer has one plane per recurrence, (max_steps, slots, S, H, D), so that a
+        # compiled recurrence can pick its plane with a step tensor.
         shape = (slots, length, config.num_key_value_heads, config.head_dim)
-        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(self.n_slots)]
-        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(self.n_slots)]
+        stacked = (max_steps, *shape)
+        self.k, self.v = [], []
+        for i in range(self.n_slots):
+            s = stacked if policy == "per_step" and self.n_prelude <= i < self.n_prelude + self.n_core else shape
+            self.k.append(torch.zeros(s, device=device, dtype=dtype))
+            self.v.append(torch.zeros(s, device=device, dtype=dtype))
         # per_step only: core recurrences written for each position, to mask deeper steps a position never ran
         self.depth = torch.zeros((slots, length), device=device, dtype=torch.int32) if policy == "per_step" else None
 
     # layer-slot indices ---------------------------------------------------------------------------------
-    def core_slot(self, step: int, layer: int) -> int:
-        if self.policy == "shared":
-            return self.n_prelude + layer
-        if step >= self.max_steps:
-            raise RecdiffError(f"per_step cache was set up for {self.max_steps} recurrences, step {step + 1} requested")
-        return self.n_prelude + step * self.n_core + layer
+    def core_slot(self, layer: int) -> int:
+        return self.n_prelude + layer
 
     def coda_slot(self, layer: int) -> int:
-        return self._coda0 + layer
+        return self.n_prelude + self.n_core + layer
 
     # writes and reads -----------------------------------------------------------------------------------
-    def update(self, slot: int, call: Call, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Store k, v ``(B, T, H, D)`` at the call's positions; return the call rows' keys and values
+    def update(self, slot: int, call: Call, k: Tensor, v: Tensor, step: int | Tensor = 0) -> tuple[Tensor, Tensor]:
+        """Store k, v ``(B, T, H, D)`` at the call's positions (under ``per_step``, in the plane of recurrence
+        ``step``: an int, or a 0-d tensor inside compiled code); return the call rows' keys and values
         ``(B, H, S, D)`` for attention."""
-        kb, vb = self.k[slot], self.v[slot]  # (slots, S, H, D)
+        kb, vb = self.k[slot], self.v[slot]  # (slots, S, H, D), or (max_steps, slots, S, H, D)
+        if kb.dim() == 5 and not isinstance(step, Tensor):
+            if step >= self.max_steps:
+                raise RecdiffError(f"per_step cache was set up for {self.max_steps} recurrences, step {step + 1} requested")
+            kb, vb = kb[step], vb[step]
+        index: tuple[Tensor, ...] = (call.b_idx, call.pos)
+        if kb.dim() == 5:
+            index = (step.expand_as(call.pos), *index)  # type: ignore[union-attr]
         if call.write is not None:  # rows that exited keep what they wrote last
             w = call.write[:, None, None, None]
-            k = torch.where(w, k, kb[call.b_idx, call.pos])
-            v = torch.where(w, v, vb[call.b_idx, call.pos])
-        kb.index_put_((call.b_idx, call.pos), k)
-        vb.index_put_((call.b_idx, call.pos), v)
+            k = torch.where(w, k, kb[index])
+            v = torch.where(w, v, vb[index])
+        kb.index_put_(index, k)
+        vb.index_put_(index, v)
         n = call.mask.shape[-1]  # the positions this call attends to (a prefix of the cache)
+        if kb.dim() == 5:  # a step tensor picks the plane (a copy of the rows this call reads)
+            rows = torch.arange(self.slots, device=kb.device) if call.rows is None else call.rows
+            return kb[step, rows, :n].transpose(1, 2), vb[step, rows, :n].transpose(1, 2)
         kb, vb = kb[:, :n], vb[:, :n]
         if call.rows is not None:
             kb, vb = kb.index_select(0, call.rows), vb.index_select(0, call.rows)

@@ -19,6 +19,8 @@ from torch import Tensor, nn
 from recdiff.cache import Call, SlotKV
 from recdiff.config import RecurrentConfig
 
+KV = tuple[SlotKV, Call, int, "int | Tensor"]  # cache, call, layer slot, recurrence step (per_step planes)
+
 
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float) -> None:
@@ -67,7 +69,7 @@ class Attention(nn.Module):
         self.qk_bias = nn.Parameter(torch.zeros(2, 1, self.n_head, self.hd)) if cfg.qk_bias else None
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
 
-    def forward(self, x: Tensor, freqs: Tensor, kv: tuple[SlotKV, Call, int] | None) -> Tensor:
+    def forward(self, x: Tensor, freqs: Tensor, kv: KV | None) -> Tensor:
         B, T, E = x.shape
         q, k, v = self.Wqkv(x).split(self.chunks, dim=2)
         q = q.view(B, T, self.n_head, self.hd)
@@ -80,8 +82,8 @@ class Attention(nn.Module):
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
             y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, enable_gqa=self.n_kv != self.n_head)
         else:
-            cache, call, slot = kv
-            keys, values = cache.update(slot, call, k, v)  # (B, H, S, D)
+            cache, call, slot, step = kv
+            keys, values = cache.update(slot, call, k, v, step)  # (B, H, S, D)
             y = cached_attention(q.transpose(1, 2), keys, values, call.mask, self.n_kv != self.n_head)
         return self.proj(y.transpose(1, 2).reshape(B, T, E))
 
@@ -107,7 +109,7 @@ class SandwichBlock(nn.Module):
         self.norm_3 = RMSNorm(cfg.n_embd, cfg.norm_eps)
         self.norm_4 = RMSNorm(cfg.n_embd, cfg.norm_eps)
 
-    def forward(self, x: Tensor, freqs: Tensor, kv: tuple[SlotKV, Call, int] | None) -> Tensor:
+    def forward(self, x: Tensor, freqs: Tensor, kv: KV | None) -> Tensor:
         x = self.norm_2(self.attn(self.norm_1(x), freqs, kv) + x)
         return self.norm_4(self.mlp(self.norm_3(x)) + x)
 
@@ -181,15 +183,16 @@ class RecurrentDepthModel(nn.Module):
         freqs = self._freqs(ids.shape[1], call)
         x = self.transformer.wte(ids) * self.config.embed_scale
         for i, block in enumerate(self.transformer.prelude):
-            x = block(x, freqs, None if call is None else (cache, call, i))
+            x = block(x, freqs, None if call is None else (cache, call, i, 0))
         return x
 
     def core_step(self, state: Tensor, embeds: Tensor, call: Call | None = None, cache: SlotKV | None = None,
-                  step: int = 0) -> Tensor:
+                  step: int | Tensor = 0) -> Tensor:
         """R: one recurrence (adapter on [state, embeds], then the core blocks) for the call's positions.
 
-        ``step`` (0-based recurrence index of these positions) selects the cache slots under ``per_step``, where a
-        key position that ran fewer than ``step + 1`` recurrences is left out (it has no entry for this step)."""
+        ``step`` (0-based recurrence index of these positions; a 0-d tensor inside compiled code) selects the cache
+        plane under ``per_step``, where a key position that ran fewer than ``step + 1`` recurrences is left out (it
+        has no entry for this step)."""
         freqs = self._freqs(state.shape[1], call)
         if call is not None and cache.depth is not None:
             first = call.pos[:, :1]  # keys before the call's first position that exited earlier are missing
@@ -201,9 +204,9 @@ class RecurrentDepthModel(nn.Module):
             call = Call(call.rows, call.b_idx, call.pos, call.freqs, call.mask & ~missing[:, None, None, :], call.write)
         x = self.transformer.adapter(torch.cat([state, embeds], dim=-1))
         for i, block in enumerate(self.transformer.core_block):
-            x = block(x, freqs, None if call is None else (cache, call, cache.core_slot(step, i)))
+            x = block(x, freqs, None if call is None else (cache, call, cache.core_slot(i), step))
         if call is not None and cache.depth is not None:
-            new = torch.full_like(call.pos, step + 1, dtype=torch.int32)
+            new = torch.zeros_like(call.pos, dtype=torch.int32) + (step + 1)
             if call.write is not None:
                 new = torch.where(call.write[:, None], new, cache.depth[call.b_idx, call.pos])
             cache.depth.index_put_((call.b_idx, call.pos), new)
@@ -214,7 +217,7 @@ class RecurrentDepthModel(nn.Module):
         freqs = self._freqs(state.shape[1], call)
         x = self.transformer.ln_f(state)
         for i, block in enumerate(self.transformer.coda):
-            x = block(x, freqs, None if call is None else (cache, call, cache.coda_slot(i)))
+            x = block(x, freqs, None if call is None else (cache, call, cache.coda_slot(i), 0))
         return self.lm_head(self.transformer.ln_f(x)).float()
 
     # ---------------------------------------------------------------------------------------------- full passes

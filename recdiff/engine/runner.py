@@ -1,32 +1,37 @@
-"""The model runner: one batched model call over fixed-shape buffers; the only part that is compiled or captured.
+"""The model runner: batched model calls over fixed buffers; the only part that is compiled or captured.
 
 A :class:`Runner` owns a :class:`~recdiff.cache.SlotKV` of ``slots`` rows × ``length`` positions and runs the
-model's three pieces (P, one recurrence of R, C) for a batch of rows at given absolute positions. It holds no
+model's three pieces (P, recurrences of R, C) for a batch of rows at given absolute positions. It holds no
 policy: samplers (``recdiff/samplers``) decide what to run; the scheduler (:mod:`recdiff.engine.scheduler`) decides
 which sequence sits in which row.
 
-How a call runs (``model.engine_options``, set by ``recdiff.load_model(..., compile=...)``):
+Every piece is a pure function of tensors (:data:`PIECES`, ``fn(model, runner, args)``), run in one of three ways
+(``model.engine_options``, set by ``recdiff.load_model(..., compile=...)``):
 
 - eager (default): plain PyTorch.
-- CPU, ``compile=True``: the decoding calls (P, one recurrence of R, C at the fixed shape ``slots × rows`` of a
-  sampler step) are compiled with ``torch.compile`` (inductor, static shapes). A run meets a handful of shapes
-  (the diffusion sampler rounds its wavefront up to a power of two), each compiled once per process; prompts
-  prefill eagerly, so their lengths never cause a compilation.
-- CUDA, ``compile=True``: whole sampler steps (P, r or r' recurrences, C) are captured as CUDA graphs per shape and
-  replayed (:meth:`Runner.graphed`), which removes the per-kernel launch cost that dominates batch-1 decoding.
+- CPU, ``compile=True``: each piece is a :class:`~recdiff.engine.program.Program`, compiled by inductor once per
+  specialisation (which argument dimensions are 1) with dynamic widths, prompt lengths and key counts, and then
+  called directly. Prefills, decoding steps and wavefronts of any width share the same few graphs, so a benchmark
+  slice never triggers a compilation after the first prompts (tested). Recurrences with no decision between them
+  run ``CHUNK`` per call.
+- CUDA, ``compile=True``: whole sampler steps are captured as CUDA graphs per shape and replayed
+  (:meth:`Runner.graphed`), which removes the per-kernel launch cost that dominates batch-1 decoding; widths are
+  padded to powers of two so that a run meets few shapes.
 
 Runners are cached per model and shape, so warm-up is paid once per process, not per prompt.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable
 
 import torch
 from torch import Tensor
 
 from recdiff.cache import Call, SlotKV, make_call
-from recdiff.model import RecurrentDepthModel, rope_table
+from recdiff.engine.program import Program, signature
+from recdiff.model import RecurrentDepthModel, relative_change, rope_table
 
 
 def set_compile(model: RecurrentDepthModel, compile: bool) -> None:
@@ -34,37 +39,12 @@ def set_compile(model: RecurrentDepthModel, compile: bool) -> None:
     model.engine_options = {**model.engine_options, "compile": bool(compile)}
 
 
-# torch.compile keeps its graphs per function: the engine's static shapes (a few per sampler and trial, each
-# compiled once) must all fit, or dynamo would fall back to eager after its default limit of 8
-torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
-
-
-class Compiled:
-    """``fn`` compiled by inductor for one static shape. Each instance has a code object of its own, so dynamo
-    keeps exactly one graph for it; after the first call its guards are skipped (``skip_guard_eval_unsafe``), which
-    is sound because the runner keys instances by every shape and option they depend on, and it removes a guard check
-    over every weight and cache tensor from each call (tens of microseconds, comparable to a tiny model's layer)."""
-
-    def __init__(self, fn: Callable, name: str) -> None:
-        def piece(*args: Any) -> Any:
-            return fn(*args)
-
-        piece.__code__ = piece.__code__.replace(co_name=name)
-        self.fn = torch.compile(piece, dynamic=False, fullgraph=True)
-        self.warm = False
-
-    def __call__(self, *args: Any) -> Any:
-        if not self.warm:
-            out = self.fn(*args)
-            self.warm = True
-            return out
-        with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
-            return self.fn(*args)
+PAD = 256  # positions past the block every runner has (the default wavefront, 128, plus its growth fits)
+CHUNK = 4  # recurrences per compiled call when nothing is decided between them (r' = 4, the paper's default, in one)
 
 
 def _dense(t: Tensor) -> Tensor:
-    """``t`` with row-major strides, also in size-1 dimensions (which ``contiguous()`` leaves as they are and
-    compiled code guards on)."""
+    """``t`` with row-major strides, also in size-1 dimensions (compiled graphs assume their inputs' layout)."""
     strides, n = [], 1
     for size in reversed(t.shape):
         strides.append(n)
@@ -74,18 +54,77 @@ def _dense(t: Tensor) -> Tensor:
     return torch.empty(t.shape, dtype=t.dtype, device=t.device).copy_(t)
 
 
-def compiled(fn: Callable, key: tuple, store: dict) -> Callable:
-    """``fn`` compiled for one static shape (inductor), kept in ``store`` under ``key``."""
-    if key not in store:
-        store[key] = Compiled(fn, f"recdiff_piece_{len(store)}")
-    return store[key]
+def cache_length(model: RecurrentDepthModel, pad: int = 0) -> int:
+    """Positions per slot: the whole block, plus ``pad`` positions past it (rounded up to a power of two, at least
+    ``PAD``) that only padding rows reach (a wavefront padded to its width, a draft past the last kept token).
+    Every sampler of a model thus gets runners of the same length, which share their compiled graphs and buffers.
+    Attention reads only the prefix of a slot that a call can see, so a long cache costs memory, not time; keys past
+    a query's position are masked exactly (a longer cache gives bit-identical results)."""
+    return model.config.block_size + max(PAD, 1 << max(pad - 1, 0).bit_length())
 
 
-def cache_length(model: RecurrentDepthModel, needed: int) -> int:
-    """Positions per slot: the positions needed, rounded up to a power of two (at least 64, at most the block).
-    Attention reads every position of a slot, masked, so a short run must not pay for the whole block; keys past a
-    query's position are masked exactly (a longer cache gives bit-identical results), so runs share runners."""
-    return min(model.config.block_size, max(64, 1 << (needed - 1).bit_length()))
+# ---------------------------------------------------------------------------------------------- the pieces
+# args: the call's tensors, in order: what the piece works on, then ``pos`` (B, T) absolute positions, ``keys``
+# (a slice of runner.key_range: its length is the number of cache positions attended to), ``write`` (B,) bool
+# (rows that store their K/V), and where the call is a prefill of some slots, ``rows`` (B,) their cache rows.
+# Under per_step a core piece also takes ``step`` (0-d long): the recurrence index of its first recurrence.
+
+def _call(run: "Runner", pos: Tensor, keys: Tensor, write: Tensor, rows: Tensor | None = None) -> Call:
+    """The call's freqs and mask. Eagerly, the pieces of one step share them: they are built again only when the
+    positions, write mask or rows are other tensors (callers never change these in place) or the key count differs."""
+    if torch.compiler.is_compiling():
+        return make_call(run.freqs, pos, keys.shape[0], rows, write)
+    inputs = (pos, write, rows)
+    memo = run._call_memo  # holds its tensors, so their ids cannot be reused while it stands
+    if memo is None or memo[1] != keys.shape[0] or any(a is not b for a, b in zip(memo[0], inputs)):
+        memo = run._call_memo = (inputs, keys.shape[0], make_call(run.freqs, pos, keys.shape[0], rows, write))
+    return memo[2]
+
+
+def embed_piece(model: RecurrentDepthModel, run: "Runner", args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    ids, pos, keys, write, *rows = args
+    return (model.embed(ids, _call(run, pos, keys, write, *rows), run.cache),)
+
+
+def decode_piece(model: RecurrentDepthModel, run: "Runner", args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    z, pos, keys, write, *rows = args
+    return (model.decode(z, _call(run, pos, keys, write, *rows), run.cache),)
+
+
+def core_piece(n: int, per_step: bool) -> Callable[..., tuple[Tensor, ...]]:
+    """``n`` recurrences with no decision between them."""
+
+    def piece(model: RecurrentDepthModel, run: "Runner", args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        z, e, pos, keys, write, *rest = args
+        step, rows = (rest[0], rest[1:]) if per_step else (0, rest)
+        call = _call(run, pos, keys, write, *rows)
+        for j in range(n):
+            z = model.core_step(z, e, call, run.cache, step + j)
+        return (z,)
+
+    return piece
+
+
+def exit_piece(n: int, per_step: bool, eps: float) -> Callable[..., tuple[Tensor, ...]]:
+    """``n`` recurrences of one-position rows with adaptive exits tracked on the device: a row whose state moved
+    less than ε (δ, relative to its norm) stops — it keeps its state and the K/V of its last recurrence — while the
+    others go on. Recurrences after every row stopped change nothing, so a caller may check "all stopped?" only
+    every ``n`` recurrences and get exactly the result of checking after each."""
+
+    def piece(model: RecurrentDepthModel, run: "Runner", args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        z, e, exited, taken, pos, keys, *rest = args
+        step = rest[0] if per_step else 0
+        call = _call(run, pos, keys, run.write_all)
+        for j in range(n):
+            call = replace(call, write=~exited)  # a row that exited keeps the K/V of its last recurrence
+            z_new = model.core_step(z, e, call, run.cache, step + j)
+            delta = relative_change(z_new, z).mean(-1)  # (B,): one position per row
+            z = torch.where(exited[:, None, None], z, z_new)
+            taken = taken + (~exited).long()
+            exited = exited | (delta < eps)
+        return z, exited, taken
+
+    return piece
 
 
 class Runner:
@@ -96,22 +135,22 @@ class Runner:
         self.device, self.dtype = p.device, p.dtype
         self.cache = SlotKV(model.config, slots, length, policy, max_steps, device=p.device, dtype=p.dtype)
         cfg = model.config
-        # positions past the block only ever hold padding rows (a wavefront padded to its bucket); give them angles
+        # positions past the block only ever hold padding rows (a wavefront padded to its width); give them angles
         self.freqs = model.freqs_cis if length <= cfg.block_size else rope_table(cfg.head_dim, length, cfg.rope_base).to(p.device)
         compile = bool(model.engine_options.get("compile"))
-        # CPU: decoding calls compiled per static shape (per_step caches index their slots by step, so stay eager)
-        self.compile_pieces = compile and p.device.type == "cpu" and policy == "shared"
-        self._compiled: dict[tuple, Callable] = {}
+        self.compiled = compile and p.device.type == "cpu"  # pieces as Programs (recdiff/engine/program.py)
+        self._programs: dict[tuple, Program] = {}
         # whole steps replayed from graphs: CUDA graphs when compiling on a GPU; "emulate_graphs" replays the same
         # static-buffer protocol without CUDA, so the graph path's bookkeeping is tested on a CPU
         emulate = bool(model.engine_options.get("emulate_graphs"))
         self.cuda_graphs = policy == "shared" and (emulate or (compile and p.device.type == "cuda"))
-        # static shapes: steps whose width varies (the diffusion wavefront) round it up to a power of two
-        self.static_shapes = self.cuda_graphs or self.compile_pieces
-
         self._graph_cls = _EmulatedGraph if emulate else _Graphed
         self._graphs: dict[Any, _Graphed] = {}
         self.rows_all = torch.arange(slots, device=p.device)
+        self.key_range = torch.arange(length, device=p.device)
+        self.write_all = torch.ones(slots, dtype=torch.bool, device=p.device)
+        self.chunk = CHUNK if self.compiled else 1  # recurrences per call between adaptive-exit checks
+        self._call_memo: tuple | None = None
 
     @classmethod
     def get(cls, model: RecurrentDepthModel, slots: int, length: int, policy: str = "shared", max_steps: int = 1) -> "Runner":
@@ -120,64 +159,144 @@ class Runner:
         compile = bool(model.engine_options.get("compile"))
         runners = model.__dict__.setdefault("_runners", {})
         # any runner of this kind with room enough serves (its graphs are compiled already)
-        fits = [k for k in runners if k[0] == slots and k[2:] == (policy, steps, compile) and k[1] >= length]
+        fits = [k for k in runners if k[0] == slots and k[2] == policy and k[3] >= steps and k[4:] == (compile,)
+                and k[1] >= length]
         if fits:
-            return runners[min(fits, key=lambda k: k[1])]
+            return runners[min(fits, key=lambda k: (k[1], k[3]))]
         key = (slots, length, policy, steps, compile)
         if len(runners) >= 4:  # keep memory bounded when many shapes pass through one process
             runners.pop(next(iter(runners)))
         runners[key] = cls(model, *key[:4])
         return runners[key]
 
-    # ------------------------------------------------------------------------------------------ calls
-    def call(self, pos: Tensor, rows: Tensor | None = None, write: Tensor | None = None,
-             keys: int | None = None) -> Call:
-        """A call at positions ``pos`` that attends to the first ``keys`` cache positions (default: all); every
-        query position must be below ``keys``."""
-        return make_call(self.freqs, pos, keys or self.length, rows, write)
+    # ------------------------------------------------------------------------------------------ running a piece
+    def run(self, name: str, fn: Callable[..., tuple[Tensor, ...]], args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        """``fn(model, self, args)``: eagerly, or as the compiled program of ``name`` (which must name every
+        constant ``fn`` depends on) for this specialisation of ``args``."""
+        if not self.compiled:
+            return fn(self.model, self, args)
+        args = tuple(_dense(a) for a in args)
+        key = (name, signature(args))
+        prog = self._programs.get(key)
+        if prog is None:
+            prog = self._programs[key] = Program(fn, self.model, self)
+        return prog(args)
 
     def keys(self, needed: int) -> int:
-        """Cache positions a step attends to: ``needed`` (its furthest query position + 1) rounded up, to a power of
-        two under static shapes (a few compiled shapes), else to a multiple of 64; at most the cache. Keys past a
+        """Cache positions a call attends to: ``needed`` (its furthest query position + 1) rounded up, to a power
+        of two under CUDA graphs (a few captured shapes), else to a multiple of 64; at most the cache. Keys past a
         query's position are masked exactly, so this only saves work: results are bit-identical."""
-        n = max(64, 1 << (needed - 1).bit_length()) if self.static_shapes else -(-needed // 64) * 64
+        n = max(64, 1 << (needed - 1).bit_length()) if self.cuda_graphs else -(-needed // 64) * 64
         return min(self.length, n)
 
-    def _piece(self, name: str, fn: Callable, call: Call, *args: Any) -> Any:
-        """A model piece for this call: compiled for the call's static shape when decoding on a CPU with
-        ``compile``; eager for prefills (``call.rows`` set: one sequence's prompt, of any length)."""
-        if not self.compile_pieces or call.rows is not None:
-            return fn(*args, call, self.cache)
-        args = tuple(_dense(a) for a in args)  # one layout per shape (a slice of a buffer has other strides)
-        key = (name, tuple(call.mask.shape), call.write is None, *(tuple(a.shape) for a in args))
-        return compiled(fn, key, self._compiled)(*args, call, self.cache)
+    def width(self, needed: int, most: int) -> int:
+        """Rows of a step that needs ``needed`` (≤ ``most``): the power of two above it under CUDA graphs."""
+        return min(most, 1 << (needed - 1).bit_length()) if self.cuda_graphs else needed
 
-    def embed(self, ids: Tensor, call: Call) -> Tensor:
-        return self._piece("embed", self.model.embed, call, ids)
+    def _tail(self, pos: Tensor, keys: int, write: Tensor | None, rows: Tensor | None
+              ) -> tuple[tuple[Tensor, Tensor, Tensor], tuple[Tensor, ...]]:
+        """The call arguments every piece takes after its own: (positions, keys, write mask) and, for a prefill of
+        some of the slots, (their rows,); a call over every slot in order has none."""
+        if write is None:
+            write = self.write_all if rows is None else self.write_all[: pos.shape[0]]
+        return (pos, self.key_range[:keys], write), (() if rows is None else (rows,))
 
-    def core(self, z: Tensor, e: Tensor, call: Call, step: int = 0) -> Tensor:
-        if self.policy == "per_step":
-            return self.model.core_step(z, e, call, self.cache, step)
-        # under `shared` every recurrence uses the same cache slots: step 0, so compiled code never specialises
-        return self._piece("core", self.model.core_step, call, z, e)
+    def embed(self, ids: Tensor, pos: Tensor, keys: int, rows: Tensor | None = None,
+              write: Tensor | None = None) -> Tensor:
+        pkw, rows_arg = self._tail(pos, keys, write, rows)
+        return self.run(f"embed{len(rows_arg)}", embed_piece, (ids, *pkw, *rows_arg))[0]
 
-    def decode(self, z: Tensor, call: Call) -> Tensor:
-        return self._piece("decode", self.model.decode, call, z)
+    def decode(self, z: Tensor, pos: Tensor, keys: int, rows: Tensor | None = None,
+               write: Tensor | None = None) -> Tensor:
+        pkw, rows_arg = self._tail(pos, keys, write, rows)
+        return self.run(f"decode{len(rows_arg)}", decode_piece, (z, *pkw, *rows_arg))[0]
 
-    def recur(self, ids: Tensor, pos: Tensor, r: int, z: Tensor | None = None, rows: Tensor | None = None,
-              keys: int | None = None) -> Tensor:
-        """P, r recurrences from ``z`` (zeros when None), C → logits ``(B, T, V)`` (static depth: no decisions)."""
-        call = self.call(pos, rows, keys=keys)
-        e = self.embed(ids, call)
+    def _step_arg(self, step: int) -> tuple[Any, ...]:
+        """The recurrence index a per_step core piece takes: an int eagerly (its plane is a view), a 0-d tensor
+        compiled (one graph for every step)."""
+        if self.policy != "per_step":
+            return ()
+        return (torch.tensor(step, device=self.device),) if self.compiled else (step,)
+
+    def cores(self, z: Tensor, e: Tensor, pos: Tensor, keys: int, n: int, rows: Tensor | None = None,
+              write: Tensor | None = None, step0: int = 0) -> Tensor:
+        """``n`` recurrences (the first is recurrence ``step0`` of these positions) with no decision between them:
+        compiled, in calls of ``CHUNK`` (and single ones for the rest). A prefill of some rows (``rows``) runs single
+        recurrences: its graphs are compiled for admissions alone, and a chunk of four compiles four times longer."""
+        pos_keys_write, rows_arg = self._tail(pos, keys, write, rows)
+        per_step = self.policy == "per_step"
+        k = 0
+        while k < n:
+            m = CHUNK if self.compiled and n - k >= CHUNK and rows is None else 1
+            args = (z, e, *pos_keys_write, *self._step_arg(step0 + k), *rows_arg)
+            z = self.run(f"core{m}-{per_step}-{len(rows_arg)}", core_piece(m, per_step), args)[0]
+            k += m
+        return z
+
+    def cores_exit(self, z: Tensor, e: Tensor, exited: Tensor, taken: Tensor, pos: Tensor, keys: int, n: int,
+                   eps: float, step0: int) -> tuple[Tensor, Tensor, Tensor]:
+        """``n`` recurrences of a decoding step over every slot with adaptive exits (:func:`exit_piece`)."""
+        per_step = self.policy == "per_step"
+        args = (z, e, exited, taken, pos, self.key_range[:keys], *self._step_arg(step0))
+        return self.run(f"exit{n}-{per_step}-{eps!r}", exit_piece(n, per_step, eps), args)  # type: ignore[return-value]
+
+    def recur(self, ids: Tensor, pos: Tensor, r: int, z: Tensor | None = None, keys: int | None = None) -> Tensor:
+        """P, r recurrences from ``z`` (zeros when None), C over every slot → logits ``(B, T, V)`` (static depth: no
+        decisions)."""
+        keys = keys or self.length
+        e = self.embed(ids, pos, keys)
         if z is None:
             z = torch.zeros_like(e)
-        for k in range(r):
-            z = self.core(z, e, call, k)
-        return self.decode(z, call)
+        return self.decode(self.cores(z, e, pos, keys, r), pos, keys)
 
-    def width(self, needed: int, most: int) -> int:
-        """Rows of a step that needs ``needed`` (≤ ``most``): the power of two above it under static shapes."""
-        return min(most, 1 << (needed - 1).bit_length()) if self.static_shapes else needed
+    def prefill(self, prompts: list[list[int]], slots: list[int], r: int, alpha: float = 0.0,
+                generators: list[torch.Generator] | None = None, eps: float | None = None
+                ) -> tuple[Tensor, Tensor, list[int]]:
+        """Prompts into their cache rows ``slots`` in one call, padded at the end to the longest (a padding position
+        lies past its prompt: no prompt position sees it, and decoding writes it before any query reads it). Each
+        row starts from InitState(α) drawn from its own generator and runs ``r`` recurrences, or, with ``eps``,
+        until the mean δ over its own prompt falls below ε (it then keeps its state and K/V while the others go on;
+        the mean is taken over the prompt alone, exactly as for the prompt decoded by itself). Returns the last
+        prompt position's logits ``(n, V)`` and state ``(n, 1, E)``, and each prompt's recurrences."""
+        dev, n, lens = self.device, len(prompts), [len(p) for p in prompts]
+        # every slot in order: the decoding calls' own form (no rows). A prefill of some rows is at least two rows by
+        # two positions wide (sizes of 1 are compiled graphs of their own): one prompt is prefilled twice into its
+        # row (the copy writes the very same K/V), a one-token prompt gets a padding position
+        rows = None if slots == list(range(self.slots)) else torch.tensor(slots, device=dev)
+        dup = rows is not None and n == 1
+        T = max(*lens, 1 if rows is None else 2)
+        ids = torch.tensor([p + [0] * (T - len(p)) for p in prompts], device=dev)
+        pos = torch.arange(T, device=dev)[None].expand(n + dup, T)
+        if dup:
+            ids, rows = ids.expand(2, T), rows.expand(2)
+        e = self.embed(ids, pos, T, rows)
+        z = torch.zeros_like(e)
+        if alpha > 0:
+            for i, g in enumerate(generators):
+                z[i, : lens[i]] = self.model.initial_state(z[i : i + 1, : lens[i]], alpha, g)[0]
+            if dup:
+                z[1] = z[0]
+        steps = [r] * n
+        if eps is None:
+            z = self.cores(z, e, pos, T, r, rows)
+        else:
+            exited = [False] * n
+            for k in range(r):
+                write = torch.tensor([not x for x in exited + exited[:dup]], device=dev)  # an exited row keeps its K/V
+                z_new = self.cores(z, e, pos, T, 1, rows, write, step0=k)
+                delta = relative_change(z_new, z)
+                # each prompt's mean over its own positions, read back and compared in Python as a prompt alone is
+                means = torch.stack([delta[i, : lens[i]].mean() for i in range(n)]).tolist()
+                z = torch.where(~write[:, None, None], z, z_new)
+                for i in range(n):
+                    if not exited[i] and means[i] < eps:
+                        exited[i], steps[i] = True, k + 1
+                if all(exited):
+                    break
+        logits = self.decode(z, pos, T, rows)
+        last = torch.tensor(lens, device=dev) - 1
+        at = torch.arange(n, device=dev)
+        return logits[at, last], z[at, last][:, None], steps
 
     # ------------------------------------------------------------------------------------------ CUDA graphs
     def graphed(self, name: str, fn: Callable[..., Any], *inputs: Tensor) -> Any:

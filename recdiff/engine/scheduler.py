@@ -1,10 +1,15 @@
 """The scheduler: which sequence runs in which slot (continuous batching). Plain Python over host-side records.
 
-A sampler's batch state (:class:`SlotBatch`) prefills a request into a free slot (``admit``), advances every
-occupied slot by one sampler step (``step``, which reads back from the device once and returns the slots that
-finished) and hands over a finished slot's result (``finish``). :func:`run_batched` keeps every slot busy: a
-sequence that finishes leaves and the next waiting prompt takes its place, so one long answer does not hold
-the others, and results come back in the order of the prompts.
+A sampler's batch state (:class:`SlotBatch`) prefills requests into free slots (``admit``, all of them in one
+padded model call), advances every occupied slot by one sampler step (``step``, which reads back from the device
+once and returns the slots that finished) and hands over a finished slot's result (``finish``). :func:`run_batched`
+keeps the slots busy: a sequence that finishes leaves and waiting prompts take the free places, so one long answer
+does not hold the others, and results come back in the order of the prompts.
+
+Admissions are grouped: while other sequences run, waiting prompts enter once a quarter of the slots (or every
+remaining prompt) can enter together. A prefill runs r recurrences over the whole prompt and costs about as much
+per call for one prompt as for several, so prefilling in groups buys more than a slot left idle for a few steps
+costs. No sequence's result depends on when it is admitted or next to whom.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ class Request:
 class SlotBatch(Protocol):
     slots: int
 
-    def admit(self, slot: int, request: Request) -> None: ...
+    def admit(self, entries: list[tuple[int, Request]]) -> None: ...
 
     def step(self) -> list[int]: ...
 
@@ -43,12 +48,16 @@ def run_batched(batch: SlotBatch, requests: list[Request], progress: Callable[[i
     busy: set[int] = set()
     results: list[Any] = [None] * len(requests)
     owner: dict[int, int] = {}
+    group = max(1, batch.slots // 4)
     while waiting or busy:
-        while waiting and free:
-            slot, req = free.pop(), waiting.popleft()
-            owner[slot] = req.index
-            batch.admit(slot, req)
-            busy.add(slot)
+        if waiting and free and (not busy or len(free) >= min(group, len(waiting))):
+            entries = []
+            while waiting and free:
+                slot, req = free.pop(), waiting.popleft()
+                owner[slot] = req.index
+                entries.append((slot, req))
+                busy.add(slot)
+            batch.admit(entries)
         for slot in batch.step():
             results[owner.pop(slot)] = batch.finish(slot)
             busy.discard(slot)

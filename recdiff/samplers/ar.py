@@ -1,6 +1,7 @@
 """Token-by-token decoding shared by the static and adaptive-compute samplers, for a batch of slots.
 
-Each sequence is prefilled alone (its prompt at r recurrences, or until the adaptive exit), then every step
+Prompts admitted together are prefilled in one padded call (each at r recurrences, or until its own adaptive
+exit: :meth:`~recdiff.engine.runner.Runner.prefill`), then every step
 decodes one token for every occupied slot at that slot's own position. Static depth runs the whole step without
 a host synchronisation (on CUDA as one captured graph); adaptive compute reads back "has every row exited?"
 after each recurrence, the decision that is adaptive compute. A row that exited keeps its state and its K/V
@@ -13,7 +14,6 @@ import torch
 
 from recdiff.engine.runner import Runner, cache_length
 from recdiff.engine.scheduler import Request
-from recdiff.model import relative_change
 from recdiff.samplers.base import GenerationResult, Options, check_fits
 
 
@@ -23,7 +23,7 @@ class ARBatch:
         m = opts.model
         self.opts, self.r, self.alpha, self.eps, self.exit_in_prefill = opts, r, init_scale, epsilon, exit_in_prefill
         self.slots = opts.slots
-        self.runner = Runner.get(m, opts.slots, cache_length(m, opts.longest), kv_cache, max_steps=r)
+        self.runner = Runner.get(m, opts.slots, cache_length(m), kv_cache, max_steps=r)
         dev = self.runner.device
         self.ids = torch.zeros((self.slots, 1), dtype=torch.long, device=dev)
         self.pos = torch.zeros((self.slots, 1), dtype=torch.long, device=dev)
@@ -33,26 +33,19 @@ class ARBatch:
         check_fits(self.opts.model, prompt_len, prompt_len + max_new_tokens, index)
 
     # ------------------------------------------------------------------------------------------ prefill
-    def admit(self, slot: int, req: Request) -> None:
-        m, run, L = self.opts.model, self.runner, len(req.prompt)
-        ids = torch.tensor([req.prompt], device=run.device)
-        call = run.call(torch.arange(L, device=run.device)[None], rows=run.rows_all[slot : slot + 1], keys=L)
-        e = run.embed(ids, call)
-        z = m.initial_state(e, self.alpha, req.generator)
-        steps = self.r
-        exits = self.eps is not None and self.exit_in_prefill
-        for k in range(self.r):
-            z_prev = z
-            z = run.core(z, e, call, k)
-            if exits and relative_change(z, z_prev).mean().item() < self.eps:  # mean δ over the prompt
-                steps = k + 1
-                break
-        tok = int(self.opts.select(run.decode(z, call)[0, -1:], req.generator)[0])
-        req.data = {"tokens": [], "steps": [], "core_passes": steps, "tokens_forward": steps * L,
-                    "stopped_by": "length", "done": False}
-        self.req[slot] = req
-        self._append(slot, tok, steps)
-        self.ids[slot, 0], self.pos[slot, 0] = tok, L
+    def admit(self, entries: list[tuple[int, Request]]) -> None:
+        slots, reqs = [b for b, _ in entries], [q for _, q in entries]
+        exits = self.eps if self.exit_in_prefill else None
+        logits, _, steps = self.runner.prefill([q.prompt for q in reqs], slots, self.r, self.alpha,
+                                               [q.generator for q in reqs], exits)
+        for i, (slot, req) in enumerate(entries):
+            L = len(req.prompt)
+            tok = int(self.opts.select(logits[i : i + 1], req.generator)[0])
+            req.data = {"tokens": [], "steps": [], "core_passes": steps[i], "tokens_forward": steps[i] * L,
+                        "stopped_by": "length", "done": False}
+            self.req[slot] = req
+            self._append(slot, tok, steps[i])
+            self.ids[slot, 0], self.pos[slot, 0] = tok, L
 
     def _append(self, slot: int, tok: int, steps: int) -> None:
         d = self.req[slot].data
@@ -79,11 +72,13 @@ class ARBatch:
                 z0 = None
             # the furthest position decoded this step: the prompt plus the tokens so far, less the new one
             keys = run.keys(max(len(self.req[b].prompt) + len(self.req[b].data["tokens"]) for b in live))
+            # rows without a live sequence may sit further on: keep every query inside the keys (its own row only)
+            pos = self.pos.clamp(max=keys - 1)
             if self.eps is None:
-                logits = self._static(z0, keys)
+                logits = self._static(pos, z0, keys)
                 steps = [self.r] * self.slots
             else:
-                logits, steps = self._adaptive(z0, live, keys)
+                logits, steps = self._adaptive(pos, z0, live, keys)
             toks = self.opts.select.rows(logits, gens).tolist()  # the one read-back of a static step
             for b in live:
                 d = self.req[b].data
@@ -95,7 +90,7 @@ class ARBatch:
             self.pos.clamp_(max=run.length - 1)  # rows without a live sequence must stay inside the buffers
         return [b for b, q in enumerate(self.req) if q is not None and q.data["done"]]
 
-    def _static(self, z0: torch.Tensor | None, keys: int) -> torch.Tensor:
+    def _static(self, pos: torch.Tensor, z0: torch.Tensor | None, keys: int) -> torch.Tensor:
         run, r = self.runner, self.r
 
         def token_step(ids: torch.Tensor, pos: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
@@ -103,28 +98,26 @@ class ARBatch:
 
         if z0 is None:
             z0 = torch.zeros((self.slots, 1, self.opts.model.config.n_embd), device=run.device, dtype=run.dtype)
-        # rows without a live sequence may sit further on: keep every query inside the keys (its own row only)
-        return run.graphed(f"static-r{r}-k{keys}", token_step, self.ids, self.pos.clamp(max=keys - 1), z0)
+        return run.graphed(f"static-r{r}-k{keys}", token_step, self.ids, pos, z0)
 
-    def _adaptive(self, z0: torch.Tensor | None, live: list[int], keys: int) -> tuple[torch.Tensor, list[int]]:
+    def _adaptive(self, pos: torch.Tensor, z0: torch.Tensor | None, live: list[int], keys: int
+                  ) -> tuple[torch.Tensor, list[int]]:
         run = self.runner
-        call = run.call(self.pos.clamp(max=keys - 1), keys=keys)  # rows without a live sequence: see _static
-        e = run.embed(self.ids, call)
+        e = run.embed(self.ids, pos, keys)
         z = torch.zeros_like(e) if z0 is None else z0
         exited = torch.ones(self.slots, dtype=torch.bool, device=run.device)
         exited[live] = False  # free and finished slots take no part
         taken = torch.zeros(self.slots, dtype=torch.long, device=run.device)
-        for k in range(self.r):
-            call.write = ~exited  # a row that exited keeps the K/V of its last recurrence
-            z_new = run.core(z, e, call, k)
-            delta = relative_change(z_new, z).mean(-1)  # (B,): one position per row
-            z = torch.where(exited[:, None, None], z, z_new)
-            taken += ~exited
-            exited |= delta < self.eps
-            if k < self.r - 1 and bool(exited.all()):  # the exit decision: one read-back per recurrence
+        k = 0
+        while k < self.r:
+            n = run.chunk if self.r - k >= run.chunk else 1
+            z, exited, taken = run.cores_exit(z, e, exited, taken, pos, keys, n, self.eps, k)
+            k += n
+            # the exit decision: one read-back per call (compiled: every CHUNK recurrences; recurrences after
+            # every row exited change nothing)
+            if k < self.r and bool(exited.all()):
                 break
-        call.write = None
-        return run.decode(z, call)[:, -1], taken.tolist()
+        return run.decode(z, pos, keys)[:, -1], taken.tolist()
 
     def finish(self, slot: int) -> GenerationResult:
         req, self.req[slot] = self.req[slot], None

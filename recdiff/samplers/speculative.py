@@ -40,7 +40,7 @@ class SpeculativeBatch:
         self.opts, self.slots = opts, opts.slots
         self.r, self.r_draft, self.look, self.alpha = p["r"], p["r_draft"], p["lookahead"], p["init_scale"]
         # drafting may run up to lookahead positions past the last kept token
-        self.runner = Runner.get(m, opts.slots, cache_length(m, opts.longest + self.look) + self.look, p["kv_cache"],
+        self.runner = Runner.get(m, opts.slots, cache_length(m, self.look), p["kv_cache"],
                                  max_steps=max(self.r, self.r_draft))
         self.req: list[Request | None] = [None] * self.slots
         dev = self.runner.device
@@ -61,26 +61,28 @@ class SpeculativeBatch:
             z[b, :n] = m.initial_state(z[b : b + 1, :n], self.alpha, self.req[b].generator)[0]
         return z
 
-    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, depth: int, z: torch.Tensor | None) -> torch.Tensor:
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, depth: int, z: torch.Tensor | None, keys: int
+                 ) -> torch.Tensor:
         run = self.runner
         if z is None:
             z = torch.zeros((*ids.shape, self.opts.model.config.n_embd), device=run.device, dtype=run.dtype)
-        return run.graphed(f"spec-r{depth}", lambda i, p, s: run.recur(i, p, depth, s), ids, pos, z)
+        # rows without a live sequence may sit further on: keep every query inside the keys (its own row only)
+        pos = pos.clamp(max=keys - 1)
+        return run.graphed(f"spec-r{depth}-k{keys}", lambda i, p, s: run.recur(i, p, depth, s, keys), ids, pos, z)
 
     # ------------------------------------------------------------------------------------------ prefill
-    def admit(self, slot: int, req: Request) -> None:
-        m, run, L = self.opts.model, self.runner, len(req.prompt)
-        ids = torch.tensor([req.prompt], device=run.device)
-        z = m.initial_state(torch.zeros((1, L, m.config.n_embd), device=run.device, dtype=run.dtype), self.alpha,
-                            req.generator)
-        logits = run.recur(ids, torch.arange(L, device=run.device)[None], self.r, z, rows=run.rows_all[slot : slot + 1],
-                           keys=L)
-        tok = int(self.opts.select(logits[0, -1:], req.generator)[0])
-        req.data = {"tokens": [tok], "accepted": [], "core_passes": self.r, "tokens_forward": self.r * L,
-                    "committed": L, "max_len": min(L + req.max_new_tokens + self.look, m.config.block_size),
-                    "stop": self.opts.stop.first_stop([tok], 0), "rows": 1}
-        self.req[slot] = req
-        self.last[slot, 0], self.committed[slot] = tok, L
+    def admit(self, entries: list[tuple[int, Request]]) -> None:
+        m, reqs = self.opts.model, [q for _, q in entries]
+        logits, _, _ = self.runner.prefill([q.prompt for q in reqs], [b for b, _ in entries], self.r, self.alpha,
+                                           [q.generator for q in reqs])
+        for i, (slot, req) in enumerate(entries):
+            L = len(req.prompt)
+            tok = int(self.opts.select(logits[i : i + 1], req.generator)[0])
+            req.data = {"tokens": [tok], "accepted": [], "core_passes": self.r, "tokens_forward": self.r * L,
+                        "committed": L, "max_len": min(L + req.max_new_tokens + self.look, m.config.block_size),
+                        "stop": self.opts.stop.first_stop([tok], 0), "rows": 1}
+            self.req[slot] = req
+            self.last[slot, 0], self.committed[slot] = tok, L
 
     def _done(self, d: dict, max_new: int) -> bool:
         return d["stop"] is not None or len(d["tokens"]) >= max_new
@@ -100,13 +102,15 @@ class SpeculativeBatch:
             d = self.req[b].data
             n_draft[b] = max(0, min(look, d["max_len"] - d["committed"]))
         drafts = torch.zeros((self.slots, look), dtype=torch.long, device=run.device)
+        # the furthest position this round reads: the last verified one
+        keys = run.keys(max(self.req[b].data["committed"] for b in live) + look)
         last = self.last.clone()
         for j in range(look):  # drafting: each token at r_draft, fed straight back on the device
             for b in live:
                 self.req[b].data["rows"] = 1
             drafting = [b for b in live if j < n_draft[b]]
             z = self._init(1, drafting)
-            logits = self._forward(last, (self.committed + j)[:, None], self.r_draft, z)[:, -1]
+            logits = self._forward(last, (self.committed + j)[:, None], self.r_draft, z, keys)[:, -1]
             last = sel.rows(logits, [g if b in drafting else None for b, g in enumerate(gens)])[:, None]
             drafts[:, j] = last[:, 0]
         # verify: positions committed … committed+look-1 hold the last token and drafts[:-1]; they predict the drafts
@@ -114,7 +118,7 @@ class SpeculativeBatch:
         for b in live:
             self.req[b].data["rows"] = max(1, n_draft[b])
         z = self._init(look, live)
-        logits = self._forward(ids, self.committed[:, None] + torch.arange(look, device=run.device), self.r, z)
+        logits = self._forward(ids, self.committed[:, None] + torch.arange(look, device=run.device), self.r, z, keys)
         verified = logits.argmax(-1)
         host_drafts, host_verified = drafts.tolist(), verified.tolist()  # the round's one read-back
         for b in live:

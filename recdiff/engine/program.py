@@ -1,0 +1,114 @@
+"""Compiled model pieces on a CPU: captured once by dynamo, then called directly.
+
+``torch.compile`` pays a fixed cost on every call of a compiled function: dynamo's frame prologue extracts each
+input and its symbolic sizes and evaluates guards. With dynamic shapes and a model's weights and KV buffers as
+inputs that is 0.1-0.25 ms per call, as much as a whole recurrence of a small model. A :class:`Program` uses dynamo
+only to capture the function once per specialisation (:meth:`Program.key`), compiles the graph with inductor, and
+from then on calls the compiled graph itself with its inputs gathered by one generated expression (~20 µs).
+
+Contract of the functions compiled this way (the engine's pieces respect it):
+
+- ``fn(model, cache, args)``: ``model`` and ``cache`` are fixed for the program's life (their tensors are looked up
+  once, at capture); ``args`` is a tuple of tensors, the only thing that changes between calls.
+- no Python side effects (nothing assigned to objects, no prints); no randomness; every Python constant the
+  function depends on (a flag, ε, η, a count) is part of ``name``, which keys the program.
+- it returns a tuple of tensors.
+
+The arguments' dimensions are dynamic (one graph for every batch width, wavefront width, prompt length and key
+count; weights and KV buffers are static) with duck sizing off, so two dimensions that happened to be equal at capture are never assumed equal later. Dynamo still
+specialises a dimension of size 1; :meth:`Program.key` therefore includes, for every argument, which of its
+dimensions are 1, and a call with a new pattern captures a new graph. Guards are not evaluated on replay: the key
+is what makes a replay valid, which is why everything the function depends on must be in it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import torch
+import torch.fx.experimental._config as fx_config
+from torch import Tensor
+
+# inductor's C++ wrapper calls the kernels from C++ (about 1.7x faster calls of a small model's layers than its
+# Python wrapper) at about 1.5x the compile time; RECDIFF_CPP_WRAPPER=0 selects the Python wrapper
+CPP_WRAPPER = os.environ.get("RECDIFF_CPP_WRAPPER", "1") != "0"
+
+Fn = Callable[[Any, Any, tuple[Tensor, ...]], tuple[Tensor, ...]]
+
+
+def signature(args: tuple[Tensor, ...]) -> tuple:
+    """What a captured graph is specialised on besides its name: the dtype and the size-1 dimensions of each
+    argument (dynamo specialises sizes 0 and 1 even under dynamic shapes)."""
+    return tuple((a.dtype, tuple(s == 1 for s in a.shape)) for a in args)
+
+
+class Program:
+    """``fn`` compiled for one specialisation; call it with ``args`` of that specialisation only."""
+
+    def __init__(self, fn: Fn, model: Any, cache: Any) -> None:
+        self.fn, self.model, self.cache = fn, model, cache
+        self.compiled: Callable[..., Any] | None = None
+        self.gather: Callable[[tuple[Tensor, ...], list[Any]], tuple[Any, ...]] | None = None
+        self.fixed: list[Any] = []
+
+    def __call__(self, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        if self.compiled is None:
+            return self._capture(args)
+        return tuple(self.compiled(*self.gather(args, self.fixed)))
+
+    # ------------------------------------------------------------------------------------------ capture
+    def _capture(self, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        from torch._inductor.compile_fx import compile_fx
+
+        sources: list[str] = []
+        graph_out: list[Any] = []
+
+        def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+            for node in gm.graph.nodes:
+                if node.op == "placeholder":
+                    name = node.meta["grapharg"].source.name
+                    sources.append(name() if callable(name) else name)
+            compiled = compile_fx(gm, example_inputs, config_patches={"cpp_wrapper": CPP_WRAPPER})
+
+            def first_call(*inputs: Any) -> Any:
+                graph_out.append(compiled(*inputs))
+                return graph_out[-1]
+
+            self.compiled = compiled
+            return first_call
+
+        # each capture gets a code object of its own, so dynamo keeps exactly one graph for it
+        def piece(model: Any, cache: Any, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+            return self.fn(model, cache, args)
+
+        # only the arguments' dimensions vary; weights and KV buffers keep static shapes (a symbolic size is one more
+        # input to convert on every call)
+        for a in args:
+            for d, size in enumerate(a.shape):
+                if size != 1:
+                    torch._dynamo.maybe_mark_dynamic(a, d)
+        fn = torch.compile(piece, backend=backend, dynamic=False, fullgraph=True)
+        with fx_config.patch(use_duck_shape=False):
+            out = fn(self.model, self.cache, args)
+        torch._dynamo.reset_code(piece.__code__)  # replays never go through dynamo: free its cache entry
+        self._plan(sources)
+        # a replay returns the graph's outputs: they must be exactly what the function returned (dynamo rebuilds a
+        # returned input, or a tensor returned twice, outside the graph)
+        if len(graph_out) != 1 or not isinstance(out, tuple) or len(out) != len(graph_out[0]) or any(
+                a is not b for a, b in zip(out, graph_out[0])):
+            raise TypeError(f"{self.fn.__qualname__}: a Program must return a tuple of distinct new tensors")
+        return out
+
+    def _plan(self, sources: list[str]) -> None:
+        """One expression that gathers the graph's inputs in placeholder order: per-call ones from ``args``
+        (``L['args'][i]`` and their sizes), the others (weights, KV buffers and their sizes) looked up now."""
+        env = {"L": {"model": self.model, "cache": self.cache}, "G": self.fn.__globals__}
+        parts = []
+        for src in sources:
+            if src.startswith("L['args']"):
+                parts.append(src.replace("L['args']", "a", 1))
+            else:
+                self.fixed.append(eval(src, {"__builtins__": {}}, env))  # noqa: S307 (dynamo's own source text)
+                parts.append(f"f[{len(self.fixed) - 1}]")
+        self.gather = eval(f"lambda a, f: ({', '.join(parts)},)")  # noqa: S307
