@@ -7,7 +7,12 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
+
+# tests run in parallel workers (pytest-xdist, one per core): one thread each, in this process and in the sweep
+# subprocesses it starts (more would oversubscribe the cores: OpenMP threads spin while they wait)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("RECDIFF_SHARED", REPO.parent / "shared"))
@@ -15,7 +20,6 @@ RAVEN_TINY = SHARED / "fixtures" / "raven_tiny"
 # every folder holding reference outputs: the checkpoint and its perturbed twin
 FIXTURE_DIRS = [d for d in (RAVEN_TINY, RAVEN_TINY / "perturbed") if (d / "generate.json").is_file()]
 
-# tiny models run fastest single-threaded, and 2-core CI machines are shared by parallel test workers
 torch.set_num_threads(1)
 
 
@@ -48,7 +52,12 @@ def read_cases(d: Path) -> tuple[dict, list[dict]]:
     return prompts, g["cases"]
 
 
+# the longest files first, so that parallel workers (-n auto --dist loadfile) end together
+FIRST = ("test_compile.py", "test_gpu_path_on_cpu.py", "test_batch_agreement.py", "test_paper.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: FIRST.index(item.path.name) if item.path.name in FIRST else len(FIRST))
     if not FIXTURE_DIRS:
         skip = pytest.mark.skip(reason=f"reference fixtures not found under {RAVEN_TINY} (set RECDIFF_SHARED)")
         for item in items:
