@@ -105,9 +105,9 @@ class SlotKV:
         kb.index_put_(index, k)
         vb.index_put_(index, v)
         n = call.mask.shape[-1]  # the positions this call attends to (a prefix of the cache)
-        if kb.dim() == 5:  # a step tensor picks the plane (a copy of the rows this call reads)
-            rows = torch.arange(self.slots, device=kb.device) if call.rows is None else call.rows
-            return kb[step, rows, :n].transpose(1, 2), vb[step, rows, :n].transpose(1, 2)
+        if kb.dim() == 5:  # a step tensor picks the plane: a copy of the positions this call reads
+            at = step.reshape(1)  # type: ignore[union-attr]
+            kb, vb = kb[:, :, :n].index_select(0, at)[0], vb[:, :, :n].index_select(0, at)[0]
         kb, vb = kb[:, :n], vb[:, :n]
         if call.rows is not None:
             kb, vb = kb.index_select(0, call.rows), vb.index_select(0, call.rows)

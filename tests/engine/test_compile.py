@@ -68,3 +68,12 @@ def test_no_compilation_after_warm_up_across_many_prompt_lengths(compiled_model)
         generate(compiled_model, p, sampler, max_new_tokens=10, **kw)
     generate(compiled_model, ps, sampler, batch_size=4, max_new_tokens=10, **kw)
     assert counters["stats"]["unique_graphs"] == before
+
+
+def test_per_step_cache_compiled_gives_the_eager_tokens(compiled_model, load_fixture_model):
+    """Under ``kv_cache=per_step`` a compiled recurrence picks its cache plane with a step tensor (one graph for
+    every recurrence index)."""
+    eager = load_fixture_model(RAVEN_TINY)
+    p = prompts(RAVEN_TINY)[0]
+    kw = dict(max_new_tokens=6, stop_token_ids=[], kv_cache="per_step", r=3)
+    assert generate(compiled_model, p, "static", **kw).tokens == generate(eager, p, "static", **kw).tokens
