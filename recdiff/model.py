@@ -48,16 +48,16 @@ def apply_rope(q: Tensor, k: Tensor, freqs: Tensor) -> tuple[Tensor, Tensor]:
     return torch.split(out.type_as(q), q.shape[2], dim=2)  # type: ignore[return-value]
 
 
-@torch.library.custom_op("recdiff::cached_attention", mutates_args=())
 def cached_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, gqa: bool) -> Tensor:
-    """Attention of ``q`` ``(B, H, T, D)`` over a cache's keys under a boolean mask. An opaque op, so that compiled
-    code calls PyTorch's fused CPU/CUDA kernel instead of inductor's decomposition (slower on a CPU)."""
+    """Attention of ``q`` ``(B, H, T, D)`` over a cache's keys under a boolean mask ``(B, 1, T, S)``.
+
+    On a CPU this calls PyTorch's fused CPU kernel exactly as ``scaled_dot_product_attention`` does (with the mask
+    as an additive float mask), but as the aten op itself: compiled code then calls the kernel directly from C++
+    instead of inductor's decomposition, and without leaving the graph (a Python-level op cost ~40 µs a call)."""
+    if q.device.type == "cpu" and not gqa:
+        bias = torch.zeros((), dtype=q.dtype, device=q.device).masked_fill(~mask, float("-inf"))
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=bias)[0]
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
-
-
-@cached_attention.register_fake
-def _(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, gqa: bool) -> Tensor:
-    return torch.empty_like(q)
 
 
 class Attention(nn.Module):
