@@ -19,6 +19,7 @@ SHARED = Path(os.environ.get("RECDIFF_SHARED", REPO.parent / "shared"))
 RAVEN_TINY = SHARED / "fixtures" / "raven_tiny"
 # every folder holding reference outputs: the checkpoint and its perturbed twin
 FIXTURE_DIRS = [d for d in (RAVEN_TINY, RAVEN_TINY / "perturbed") if (d / "generate.json").is_file()]
+MISSING = f"reference fixtures not found under {RAVEN_TINY} (set RECDIFF_SHARED to the shared folder)"
 
 torch.set_num_threads(1)
 
@@ -32,6 +33,13 @@ def fixture_dir(request: pytest.FixtureRequest) -> Path:
     return request.param
 
 
+def need_fixtures(d: Path = RAVEN_TINY) -> Path:
+    """``d``, or a skip with one reason for every test that needs the shared fixtures when they are absent."""
+    if not (d / "config.json").is_file():
+        pytest.skip(MISSING)
+    return d
+
+
 @pytest.fixture(scope="session")
 def load_fixture_model():
     from recdiff import load_model
@@ -40,7 +48,7 @@ def load_fixture_model():
 
     def load(d: Path):
         if d not in cache:
-            cache[d] = load_model(d)
+            cache[d] = load_model(need_fixtures(d))
         return cache[d]
 
     return load
@@ -59,7 +67,7 @@ FIRST = ("test_compile.py", "test_gpu_path_on_cpu.py", "test_batch_agreement.py"
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: FIRST.index(item.path.name) if item.path.name in FIRST else len(FIRST))
     if not FIXTURE_DIRS:
-        skip = pytest.mark.skip(reason=f"reference fixtures not found under {RAVEN_TINY} (set RECDIFF_SHARED)")
+        skip = pytest.mark.skip(reason=MISSING)
         for item in items:
             if "fixture_dir" in getattr(item, "fixturenames", ()):
                 item.add_marker(skip)

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from recdiff import RecdiffError, generate, load_model
-from tests.conftest import RAVEN_TINY
+from tests.conftest import RAVEN_TINY, need_fixtures
 
 
 @pytest.fixture()
@@ -18,7 +18,7 @@ def model(load_fixture_model):
 
 def _copy(tmp_path):
     d = tmp_path / "ckpt"
-    shutil.copytree(RAVEN_TINY, d, ignore=shutil.ignore_patterns("perturbed", "generate*", "forward*", "diffusion*"))
+    shutil.copytree(need_fixtures(), d, ignore=shutil.ignore_patterns("perturbed", "generate*", "forward*", "diffusion*"))
     return d
 
 
