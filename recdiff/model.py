@@ -54,6 +54,11 @@ def cached_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, gqa: bool) -
     On a CPU this calls PyTorch's fused CPU kernel exactly as ``scaled_dot_product_attention`` does (with the mask
     as an additive float mask), but as the aten op itself: compiled code then calls the kernel directly from C++
     instead of inductor's decomposition, and without leaving the graph (a Python-level op cost ~40 µs a call)."""
+    if q.device.type == "cpu" and not gqa and torch.compiler.is_compiling():
+        # compiled: two batched products around a fused softmax, which inductor generates in line (the fused
+        # kernel's fixed cost per call exceeds a decoding step's whole attention)
+        s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+        return torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1) @ v
     if q.device.type == "cpu" and not gqa:
         bias = torch.zeros((), dtype=q.dtype, device=q.device).masked_fill(~mask, float("-inf"))
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=bias)[0]

@@ -9,7 +9,8 @@ from then on calls the compiled graph itself with its inputs gathered by one gen
 Contract of the functions compiled this way (the engine's pieces respect it):
 
 - ``fn(model, cache, args)``: ``model`` and ``cache`` are fixed for the program's life (their tensors are looked up
-  once, at capture); ``args`` is a tuple of tensors, the only thing that changes between calls.
+  once, at capture; the model's parameters are copied into the graph as constants, see :data:`PATCHES`); ``args``
+  is a tuple of tensors, the only thing that changes between calls.
 - no Python side effects (nothing assigned to objects, no prints); no randomness; every Python constant the
   function depends on (a flag, ε, η, a count) is part of ``name``, which keys the program.
 - it returns a tuple of tensors.
@@ -24,15 +25,24 @@ is what makes a replay valid, which is why everything the function depends on mu
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any, Callable
 
 import torch
+import torch._inductor.config as inductor_config
 import torch.fx.experimental._config as fx_config
 from torch import Tensor
 
 # inductor's C++ wrapper calls the kernels from C++ (about 1.7x faster calls of a small model's layers than its
 # Python wrapper) at about 1.5x the compile time; RECDIFF_CPP_WRAPPER=0 selects the Python wrapper
 CPP_WRAPPER = os.environ.get("RECDIFF_CPP_WRAPPER", "1") != "0"
+
+# Parameters are frozen into each graph as constants (prepacked copies: a compiled piece pays the weights' memory
+# again) so that inductor may use its own C++ GEMM template for products with a weight: 1.5-2.5x MKL's sgemm for
+# the few rows of a wavefront or a batch on small models. max-autotune times the template against ATEN once per
+# shape; the choice is cached on disk (inductor's autotune cache), so processes on one machine share it.
+PATCHES = {"cpp_wrapper": CPP_WRAPPER, "freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
+           "autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}
 
 Fn = Callable[[Any, Any, tuple[Tensor, ...]], tuple[Tensor, ...]]
 
@@ -69,7 +79,7 @@ class Program:
                 if node.op == "placeholder":
                     name = node.meta["grapharg"].source.name
                     sources.append(name() if callable(name) else name)
-            compiled = compile_fx(gm, example_inputs, config_patches={"cpp_wrapper": CPP_WRAPPER})
+            compiled = compile_fx(gm, example_inputs, config_patches=PATCHES)
 
             def first_call(*inputs: Any) -> Any:
                 graph_out.append(compiled(*inputs))
@@ -89,7 +99,10 @@ class Program:
                 if size != 1:
                     torch._dynamo.maybe_mark_dynamic(a, d)
         fn = torch.compile(piece, backend=backend, dynamic=False, fullgraph=True)
-        with fx_config.patch(use_duck_shape=False):
+        # freezing must be on while dynamo traces (parameters become graph constants instead of inputs)
+        with fx_config.patch(use_duck_shape=False), inductor_config.patch(freezing=True), torch.no_grad(), \
+                warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="TypedStorage is deprecated")  # inductor's autotuner, not ours
             out = fn(self.model, self.cache, args)
         torch._dynamo.reset_code(piece.__code__)  # replays never go through dynamo: free its cache entry
         self._plan(sources)

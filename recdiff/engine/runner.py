@@ -158,6 +158,11 @@ class Runner:
         steps = max_steps if policy == "per_step" else 1
         compile = bool(model.engine_options.get("compile"))
         runners = model.__dict__.setdefault("_runners", {})
+        if compile:  # compiled pieces hold copies of the weights: weights changed in place or moved → compile anew
+            stamp = tuple((p.data_ptr(), p._version) for p in model.parameters())
+            if model.__dict__.get("_weights_stamp") != stamp:
+                runners.clear()
+                model.__dict__["_weights_stamp"] = stamp
         # any runner of this kind with room enough serves (its graphs are compiled already)
         fits = [k for k in runners if k[0] == slots and k[2] == policy and k[3] >= steps and k[4:] == (compile,)
                 and k[1] >= length]

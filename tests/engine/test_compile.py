@@ -11,7 +11,7 @@ from torch._dynamo.utils import counters
 
 from recdiff import generate, load_model
 from recdiff.engine.runner import set_compile
-from tests.conftest import RAVEN_TINY
+from tests.conftest import RAVEN_TINY, need_fixtures
 
 # one per sampler (compiling is the slow part of these tests); the diffusion row exercises adaptive freezing,
 # headway and momentum, and its width changes from step to step. r' = 4 (the paper's default) runs its inner
@@ -32,7 +32,7 @@ def prompts(d, n=None):
 
 @pytest.fixture(scope="module")
 def compiled_model():
-    model = load_model(RAVEN_TINY)
+    model = load_model(need_fixtures())
     set_compile(model, True)
     return model
 
@@ -77,3 +77,25 @@ def test_per_step_cache_compiled_gives_the_eager_tokens(compiled_model, load_fix
     p = prompts(RAVEN_TINY)[0]
     kw = dict(max_new_tokens=6, stop_token_ids=[], kv_cache="per_step", r=3)
     assert generate(compiled_model, p, "static", **kw).tokens == generate(eager, p, "static", **kw).tokens
+
+
+def test_weights_changed_after_compiling_are_not_served_stale_graphs():
+    """Compiled pieces hold copies of the weights (frozen constants): a weight changed in place afterwards must not
+    be served by the old graphs. The runners (and with them the programs) are dropped and built anew."""
+    import torch
+
+    from recdiff.engine.runner import Runner, cache_length
+
+    model = load_model(need_fixtures())
+    set_compile(model, True)
+    n = cache_length(model)
+    first = Runner.get(model, 1, n)
+    assert Runner.get(model, 1, n) is first  # unchanged weights: the compiled runner is reused
+    with torch.no_grad():
+        model.transformer.core_block[0].mlp.fc.weight.mul_(1.5)
+    assert Runner.get(model, 1, n) is not first
+    set_compile(model, False)  # eager runners are cached as before
+    eager = Runner.get(model, 1, n)
+    with torch.no_grad():
+        model.transformer.core_block[0].mlp.fc.weight.mul_(2.0)
+    assert Runner.get(model, 1, n) is eager
