@@ -79,7 +79,7 @@ class Program:
                 if node.op == "placeholder":
                     name = node.meta["grapharg"].source.name
                     sources.append(name() if callable(name) else name)
-            compiled = compile_fx(gm, example_inputs, config_patches=PATCHES)
+            compiled = compile_fx(gm, example_inputs)  # under PATCHES (set around the trace below)
 
             def first_call(*inputs: Any) -> Any:
                 graph_out.append(compiled(*inputs))
@@ -99,8 +99,8 @@ class Program:
                 if size != 1:
                     torch._dynamo.maybe_mark_dynamic(a, d)
         fn = torch.compile(piece, backend=backend, dynamic=False, fullgraph=True)
-        # freezing must be on while dynamo traces (parameters become graph constants instead of inputs)
-        with fx_config.patch(use_duck_shape=False), inductor_config.patch(freezing=True), torch.no_grad(), \
+        # PATCHES hold while dynamo traces too: with freezing on, parameters become graph constants, not inputs
+        with fx_config.patch(use_duck_shape=False), inductor_config.patch(PATCHES), torch.no_grad(), \
                 warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="TypedStorage is deprecated")  # inductor's autotuner, not ours
             out = fn(self.model, self.cache, args)

@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from torch._dynamo.utils import counters
 
 from recdiff import generate, load_model
-from recdiff.engine.runner import set_compile
+from recdiff.engine.runner import Runner, cache_length, set_compile
 from tests.conftest import RAVEN_TINY, need_fixtures
 
 # one per sampler (compiling is the slow part of these tests); the diffusion row exercises adaptive freezing,
@@ -82,10 +83,6 @@ def test_per_step_cache_compiled_gives_the_eager_tokens(compiled_model, load_fix
 def test_weights_changed_after_compiling_are_not_served_stale_graphs():
     """Compiled pieces hold copies of the weights (frozen constants): a weight changed in place afterwards must not
     be served by the old graphs. The runners (and with them the programs) are dropped and built anew."""
-    import torch
-
-    from recdiff.engine.runner import Runner, cache_length
-
     model = load_model(need_fixtures())
     set_compile(model, True)
     n = cache_length(model)
