@@ -23,6 +23,7 @@ from recdiff.errors import RecdiffError
 from recdiff.study.identity import differences, trial_identity
 from recdiff.study.identity import key as identity_key
 from recdiff.study.journal import JournalFile, replayed
+from recdiff.study.storage import sqlalchemy_url
 
 DEFAULT_STORAGE = Path("outputs/optuna/journal.log")
 ATTR_COLUMNS: tuple[str, ...] = (
@@ -54,7 +55,7 @@ def _storage(spec: str, base: Path | None = None) -> tuple[Any, Path | None]:
             if not db.is_file():  # optuna would silently create an empty database
                 raise RecdiffError(f"no SQLite database at {db}")
             return spec, db.parent
-        return spec, None
+        return sqlalchemy_url(spec), None
     path = Path(spec)
     if not path.is_absolute() and base is not None and not path.exists():
         path = base / path

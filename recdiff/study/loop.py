@@ -6,7 +6,8 @@
   With ``study.baselines`` (default) a grid job first records the paper's baselines of its identity that the study
   does not hold yet (:mod:`recdiff.study.baselines`).
 - ``search``: every job runs an ask/tell loop until the study holds ``study.n_trials`` counted trials (COMPLETE,
-  FAIL with a reason of its own, PRUNED as invalid); several jobs may share one study.
+  FAIL with a reason of its own, PRUNED as invalid); several jobs may share one study. A job whose ask comes after
+  other jobs took the last places prunes it (``surplus``, not counted) and waits for theirs.
 """
 
 from __future__ import annotations
@@ -116,17 +117,18 @@ def run_grid_trial(cfg: DictConfig, study: optuna.Study, work: Any, job_dir: Pat
 # -------------------------------------------------------------------------------------------- search mode
 
 
-def count_trials(study: optuna.Study) -> tuple[int, int]:
-    """(counted towards n_trials, RUNNING). Not counted: WAITING, duplicates, trials lost with a worker."""
+def count_trials(study: optuna.Study, before: int | None = None) -> tuple[int, int]:
+    """(counted towards n_trials, RUNNING); with ``before``, only RUNNING trials numbered below it. Not counted:
+    WAITING, duplicates, surplus asks, trials lost with a worker."""
     done = running = 0
     for t in study.get_trials(deepcopy=False):
         if t.state == TrialState.RUNNING:
-            running += 1
+            running += before is None or t.number < before
         elif t.state == TrialState.COMPLETE:
             done += 1
         elif t.state == TrialState.FAIL and t.user_attrs.get("fail_kind") not in RETRIED_KINDS + (None,):
             done += 1
-        elif t.state == TrialState.PRUNED and "duplicate_of" not in t.user_attrs:
+        elif t.state == TrialState.PRUNED and not {"duplicate_of", "surplus"} & t.user_attrs.keys():
             done += 1
     return done, running
 
@@ -150,6 +152,14 @@ def run_search(cfg: DictConfig, study: optuna.Study, work: Any, job_dir: Path,
             log.info("grid exhausted after %d trials", done)
             return
         trial = study.ask(space)
+        # Workers count, then ask: two may ask for the last place. The earlier-numbered trial keeps it.
+        done, ahead = count_trials(study, before=trial.number)
+        if done + ahead >= n_trials:
+            trial.set_user_attr("surplus", True)
+            trial.set_user_attr("prune_reason", f"n_trials={n_trials} reached by other workers")
+            study.tell(trial, state=TrialState.PRUNED)
+            log.info("trial %d stepped back: the last places are taken by other workers", trial.number)
+            continue
         trial_dir = job_dir / "trials" / f"{trial.number:04d}"
         tcfg = copy.deepcopy(cfg)
         for k, v in trial.params.items():

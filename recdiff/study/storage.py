@@ -88,6 +88,12 @@ def resolve_storage_url(url: str) -> str:
     return str(Path(os.path.expanduser(url)).resolve())
 
 
+def sqlalchemy_url(url: str) -> str:
+    """``postgresql://`` names the psycopg2 driver we install (SQLAlchemy 2.1 would pick psycopg 3 for it)."""
+    scheme, sep, rest = url.partition("://")
+    return f"postgresql+psycopg2://{rest}" if sep and scheme in ("postgresql", "postgres") else url
+
+
 def journal_path(url: str) -> Path | None:
     """The journal file of a storage URL, None for a database."""
     return None if "://" in url else Path(resolve_storage_url(url))
@@ -110,8 +116,7 @@ def open_storage(url: str, heartbeat_interval: int = 10, grace_period: int = 60,
     if scheme not in ("sqlite", "postgresql", "postgres", "mysql"):
         raise RecdiffError(f"unknown storage {url!r}: use a journal file path, sqlite:///file.db or "
                            "postgresql://user@host:port/db")
-    if scheme in ("postgresql", "postgres") and "+" not in url.split("://", 1)[0]:
-        url = "postgresql+psycopg2://" + url.split("://", 1)[1]   # SQLAlchemy 2.1 would want psycopg 3
+    url = sqlalchemy_url(url)
     if scheme == "sqlite":
         db = url.split(":///", 1)[-1]
         if db and db != ":memory:":

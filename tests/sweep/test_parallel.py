@@ -83,6 +83,7 @@ def test_three_workers_share_one_study(tmp_path, kind, request):
     assert len(set(dirs)) == 6 and all((d / "result.json").exists() for d in dirs)
     ran = sum((tmp_path / f"w{i}.log").read_text().count("COMPLETE accuracy=") for i in range(3))
     assert ran == 6                                                    # no trial ran twice
+    assert "speed-up table: not shown" not in logs                     # each worker read the study back
 
 
 @requires_fixture

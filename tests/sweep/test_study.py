@@ -3,6 +3,7 @@ failures and stale heartbeats. (The real runner is exercised by test_cli.py in s
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -157,6 +158,30 @@ def test_stale_running_trial_is_failed_and_retried(tmp_path, monkeypatch):
     assert retried.params == trials[0].params and retried.system_attrs["failed_trial"] == 0
     # the retry carries nothing of the failed attempt: no stale fail_reason, its own measurements
     assert not {"fail_kind", "fail_reason"} & set(retried.user_attrs) and retried.user_attrs["n_samples"] == 1
+    assert rs.count_trials(study) == (1, 0)
+
+
+def test_worker_that_asks_for_a_place_another_took_first_steps_back(tmp_path, monkeypatch):
+    """Workers count, then ask: with one place left, two may ask. The later-numbered ask is pruned as surplus
+    and not counted; the worker waits for the other one's trial instead of running a trial over n_trials."""
+    calls: list = []
+    monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial(calls))
+    cfg = search_cfg(tmp_path, "study.n_trials=1", "study.search=[r_inner]")
+    study = rs.open_study(cfg.study, rs.open_storage(cfg.study.storage, 1, 60), rs.make_sampler(cfg.study))
+    ask = study.ask
+
+    def ask_after_another_worker(space):
+        other = ask(space)                      # the other worker asked between this one's count and its ask
+        study._storage.record_heartbeat(other._trial_id)
+        threading.Timer(1.0, lambda: study.tell(other, [0.5, 10.0])).start()
+        monkeypatch.setattr(study, "ask", ask)
+        return ask(space)
+
+    monkeypatch.setattr(study, "ask", ask_after_another_worker)
+    rs.run_search(cfg, study, FakeWork(), tmp_path / "job")
+    other, mine = study.get_trials()
+    assert calls == [] and other.state == TrialState.COMPLETE
+    assert mine.state == TrialState.PRUNED and mine.user_attrs["surplus"] is True
     assert rs.count_trials(study) == (1, 0)
 
 
