@@ -1,6 +1,6 @@
 """recdiff: diffusion-forcing samplers for recurrent-depth language models, with sweeps and Pareto analysis.
 
-Public API: :func:`load_model`, :func:`generate`, :class:`RecdiffError`, :class:`DiffusionTrace`. The heavy
+Public API: :func:`load_model`, :func:`generate`, :func:`warm_up`, :class:`RecdiffError`, :class:`DiffusionTrace`. The heavy
 submodules (torch) load on first use, so ``recdiff.errors`` and the analysis package stay quick to import.
 """
 
@@ -15,6 +15,7 @@ _LAZY = {
     "load_model": "recdiff.load",
     "save_pretrained": "recdiff.load",
     "generate": "recdiff.samplers",
+    "warm_up": "recdiff.samplers",
     "GenerationResult": "recdiff.samplers",
     "SAMPLERS": "recdiff.samplers",
     "sampler_spec": "recdiff.samplers",

@@ -307,15 +307,16 @@ def run_trial(work: Workload, cfg: DictConfig, output_dir: str | os.PathLike) ->
 
         # accuracy: every problem, `batch_size` sequences side by side (continuous batching)
         for _ in range(int(cfg.run.warmup)):  # untimed: allocations, compilation, graph capture at this batch size
-            recdiff.generate(work.model, prompt_ids[:batch_size], **{**gen_kwargs, "max_new_tokens": min(8, min(limits))},
-                             batch_size=batch_size)
+            recdiff.warm_up(work.model, prompt_ids, batch_size=batch_size,
+                            **{**gen_kwargs, "max_new_tokens": min(8, min(limits))})
         with Timer(work.device) as batch_time:
             results = recdiff.generate(work.model, prompt_ids, **{**gen_kwargs, "max_new_tokens": limits},
                                        trace=[i < n_traces for i in range(len(prompt_ids))], batch_size=batch_size,
                                        progress=tick)
         # speed: the paper's metric, each of the first `speed_samples` problems alone (batch 1), timed
-        for _ in range(int(cfg.run.warmup)):
-            recdiff.generate(work.model, prompt_ids[0], **{**gen_kwargs, "max_new_tokens": min(8, limits[0])})
+        for _ in range(int(cfg.run.warmup) if n_speed else 0):
+            recdiff.warm_up(work.model, prompt_ids[:n_speed], batch_size=1,
+                            **{**gen_kwargs, "max_new_tokens": min(8, min(limits))})
         times: list[float] = []
         speed_tokens: list[int] = []
         for ids, lim in zip(prompt_ids[:n_speed], limits):

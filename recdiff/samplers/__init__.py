@@ -101,6 +101,22 @@ def generate(
     return results[0] if single else results
 
 
+def warm_up(model: RecurrentDepthModel, prompts: Sequence[Sequence[int]], sampler: str = "static",
+            batch_size: int | None = None, max_new_tokens: int = 8, **kwargs: Any) -> None:
+    """Run the calls a later :func:`generate` over ``prompts`` meets, untimed, so that a compiled model compiles (a
+    CUDA one captures) its graphs here and not inside a timed run. Compiled graphs are specialised on the kind of
+    call and on few rows vs many (:data:`recdiff.engine.program.MANY_ROWS`), so the shortest and the longest prompt
+    each run alone, then in a batch where every kind of admission happens: all slots at once, one slot while the
+    others decode (a sequence with a shorter limit finishes first), two at once. ``kwargs`` as for :func:`generate`."""
+    batch_size = batch_size or default_batch_size(model.device)
+    for p in {len(p): list(p) for p in (min(prompts, key=len), max(prompts, key=len))}.values():
+        generate(model, p, sampler, max_new_tokens=max_new_tokens, **kwargs)
+        if batch_size > 1:
+            limits = [max_new_tokens] * (batch_size + 3)
+            limits[batch_size - 1] = max(1, max_new_tokens // 2)
+            generate(model, [p] * (batch_size + 3), sampler, max_new_tokens=limits, batch_size=batch_size, **kwargs)
+
+
 def _per_prompt(value: Any, n: int, name: str) -> list[Any]:
     if isinstance(value, (list, tuple)):
         if len(value) != n:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from recdiff import generate, load_model
+from recdiff import generate, warm_up, load_model
 from recdiff.engine.runner import Runner, cache_length, set_compile
 from tests.conftest import RAVEN_TINY, need_fixtures
 
@@ -51,24 +51,24 @@ def test_compiled_gives_the_eager_tokens(compiled_model, load_fixture_model):
 
 
 def test_no_compilation_after_warm_up_across_many_prompt_lengths(compiled_model):
-    """Warm-up: the longest prompt alone, then a batch in which every kind of admission happens (all slots at once,
-    one slot while the others decode, two at once). Then 50 prompts of 3 to 19 tokens, alone and batched: dynamo
-    compiles no new graph (every width, prompt length and key count is a dynamic dimension of the same graphs)."""
+    """Warm-up (``recdiff.warm_up``): the shortest and the longest prompt alone and through every kind of
+    admission. Then 50 prompts of 3 to 19 tokens, alone and batched: dynamo compiles no new graph (every width,
+    prompt length and key count is a dynamic dimension of the same graphs, few rows and many rows included)."""
     ps = prompts(RAVEN_TINY, 50)
     assert len({len(p) for p in ps}) >= 15
     sampler, params = CONFIGS[-1]
     kw = dict(stop_token_ids=[], **params)
-    longest = max(ps, key=len)
-    generate(compiled_model, longest, sampler, max_new_tokens=10, **kw)
-    # slots 0-3 start together; slot 3 finishes first and takes prompt 4 alone; slots 0-2 finish together and
-    # prompts 5 and 6 arrive at once
-    generate(compiled_model, [longest] * 7, sampler, batch_size=4, max_new_tokens=[10, 10, 10, 4, 10, 10, 10], **kw)
+    warm_up(compiled_model, ps, sampler, batch_size=4, max_new_tokens=10, **kw)
     before = counters["stats"]["unique_graphs"]
     assert before > 0  # the warm-up compiled something: this test counts real compilations
     for p in ps:
         generate(compiled_model, p, sampler, max_new_tokens=10, **kw)
     generate(compiled_model, ps, sampler, batch_size=4, max_new_tokens=10, **kw)
     assert counters["stats"]["unique_graphs"] == before
+    # both row classes of the recurrences were met and compiled (a prefill's many rows, a wavefront's few)
+    run = Runner.get(compiled_model, 1, cache_length(compiled_model, 10))
+    classes = {key[1][0] for key in run._programs if key[0].startswith("core4")}
+    assert classes == {False, True}
 
 
 def test_per_step_cache_compiled_gives_the_eager_tokens(compiled_model, load_fixture_model):
