@@ -107,8 +107,13 @@ def warm_up(model: RecurrentDepthModel, prompts: Sequence[Sequence[int]], sample
     CUDA one captures) its graphs here and not inside a timed run. Compiled graphs are specialised on the kind of
     call and on few rows vs many (:data:`recdiff.engine.program.MANY_ROWS`), so the shortest and the longest prompt
     each run alone, then in a batch where every kind of admission happens: all slots at once, one slot while the
-    others decode (a sequence with a shorter limit finishes first), two at once. ``kwargs`` as for :func:`generate`."""
+    others decode (a sequence with a shorter limit finishes first), two at once. An eager model compiles nothing:
+    it runs the longest prompt alone (allocations, kernel selection). ``kwargs`` as for :func:`generate`."""
     batch_size = batch_size or default_batch_size(model.device)
+    options = model.engine_options
+    if not (options.get("compile") or options.get("emulate_graphs")):
+        generate(model, list(max(prompts, key=len)), sampler, max_new_tokens=max_new_tokens, **kwargs)
+        return
     for p in {len(p): list(p) for p in (min(prompts, key=len), max(prompts, key=len))}.values():
         generate(model, p, sampler, max_new_tokens=max_new_tokens, **kwargs)
         if batch_size > 1:
