@@ -305,18 +305,19 @@ def run_trial(work: Workload, cfg: DictConfig, output_dir: str | os.PathLike) ->
             bar.update(n)
             check_time()
 
+        # untimed warm-ups (allocations, compilation, graph capture) before each timed pass, with an answer that
+        # fits every prompt
+        warm = {**gen_kwargs, "max_new_tokens": min(8, min(limits))}
         # accuracy: every problem, `batch_size` sequences side by side (continuous batching)
-        for _ in range(int(cfg.run.warmup)):  # untimed: allocations, compilation, graph capture at this batch size
-            recdiff.warm_up(work.model, prompt_ids, batch_size=batch_size,
-                            **{**gen_kwargs, "max_new_tokens": min(8, min(limits))})
+        for _ in range(int(cfg.run.warmup)):
+            recdiff.warm_up(work.model, prompt_ids, batch_size=batch_size, **warm)
         with Timer(work.device) as batch_time:
             results = recdiff.generate(work.model, prompt_ids, **{**gen_kwargs, "max_new_tokens": limits},
                                        trace=[i < n_traces for i in range(len(prompt_ids))], batch_size=batch_size,
                                        progress=tick)
         # speed: the paper's metric, each of the first `speed_samples` problems alone (batch 1), timed
         for _ in range(int(cfg.run.warmup) if n_speed else 0):
-            recdiff.warm_up(work.model, prompt_ids[:n_speed], batch_size=1,
-                            **{**gen_kwargs, "max_new_tokens": min(8, min(limits))})
+            recdiff.warm_up(work.model, prompt_ids[:n_speed], batch_size=1, **warm)
         times: list[float] = []
         speed_tokens: list[int] = []
         for ids, lim in zip(prompt_ids[:n_speed], limits):
