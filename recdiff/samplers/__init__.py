@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any, Callable, Sequence
 
 import torch
@@ -68,6 +69,18 @@ def generate(
     after the paper (r, r_inner, epsilon, beta, eta, …); unknown names and out-of-range values raise
     :class:`recdiff.RecdiffError` before any compute.
     """
+    single, state, requests = _plan(model, prompts, sampler, max_new_tokens, seed, temperature, top_p,
+                                    stop_token_ids, stop_strings, trace, batch_size, params)
+    results = run_batched(state, requests, progress)
+    return results[0] if single else results
+
+
+def _plan(model: RecurrentDepthModel, prompts: Prompts, sampler: str, max_new_tokens: int | Sequence[int],
+          seed: int | None, temperature: float, top_p: float, stop_token_ids: Sequence[int] | None,
+          stop_strings: Sequence[str] | None, trace: bool | Sequence[bool], batch_size: int | None,
+          params: dict[str, Any]) -> tuple[bool, Any, list[Request]]:
+    """:func:`generate`'s arguments checked (one :class:`RecdiffError` line, before any compute): (is one prompt,
+    the sampler's batch state, one request per prompt)."""
     module = _module(sampler)
     single, batch = _as_batch(prompts, model)
     n = len(batch)
@@ -97,8 +110,7 @@ def generate(
         gen = torch.Generator(device=model.device)
         gen.manual_seed(0 if seed is None else seed)
         requests.append(Request(index=i, prompt=ids, max_new_tokens=lim, generator=gen, data={"trace": bool(tr)}))
-    results = run_batched(state, requests, progress)
-    return results[0] if single else results
+    return single, state, requests
 
 
 def warm_up(model: RecurrentDepthModel, prompts: Sequence[Sequence[int]], sampler: str = "static",
@@ -108,8 +120,14 @@ def warm_up(model: RecurrentDepthModel, prompts: Sequence[Sequence[int]], sample
     call and on few rows vs many (:data:`recdiff.engine.program.MANY_ROWS`), so the shortest and the longest prompt
     each run alone, then in a batch where every kind of admission happens: all slots at once, one slot while the
     others decode (a sequence with a shorter limit finishes first), two at once. An eager model compiles nothing:
-    it runs the longest prompt alone (allocations, kernel selection). ``kwargs`` as for :func:`generate`."""
+    it runs the longest prompt alone (allocations, kernel selection). ``prompts``: one prompt or a list of them, checked
+    as :func:`generate` checks them; ``kwargs`` as for :func:`generate`."""
     batch_size = batch_size or default_batch_size(model.device)
+    # checked as generate checks them, with generate's defaults: one RecdiffError line, not a traceback from min()
+    call = inspect.signature(generate).bind(model, prompts, sampler, max_new_tokens, batch_size=batch_size, **kwargs)
+    call.apply_defaults()
+    _, _, requests = _plan(**{k: v for k, v in call.arguments.items() if k != "progress"})
+    prompts = [r.prompt for r in requests]
     options = model.engine_options
     if not (options.get("compile") or options.get("emulate_graphs")):
         generate(model, list(max(prompts, key=len)), sampler, max_new_tokens=max_new_tokens, **kwargs)

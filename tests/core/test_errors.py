@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from recdiff import RecdiffError, generate, load_model
+from recdiff import RecdiffError, generate, load_model, warm_up
 from tests.conftest import RAVEN_TINY, need_fixtures
 
 
@@ -146,6 +146,8 @@ def test_other_bad_inputs(model):
                              ([], "is empty"), ([[1, 2], [3] * 600], "prompt 1 of 600 tokens .* block_size 512")]:
         with pytest.raises(RecdiffError, match=message):
             generate(model, prompts, "static")
+        with pytest.raises(RecdiffError, match=message):  # warm-up checks them as generate does
+            warm_up(model, prompts, "static", batch_size=2)
     with pytest.raises(RecdiffError, match="top_p"):
         generate(model, [1], "static", temperature=0.5, top_p=0)
     with pytest.raises(RecdiffError, match="stop_strings need a tokenizer"):
