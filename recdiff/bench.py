@@ -15,7 +15,11 @@ For each model and sampler, three ways of running, side by side in one process:
 Warm-up (compilation, graph capture, allocations) is excluded: compiled modes run the timed work once before
 timing it; timers synchronise the device. Also printed: core
 passes per token, the diffusion/static-AR (r=32) ratio in each mode next to the ideal (r+1)/(r'+1), and the
-KV-cache memory of both cache policies at the same length.
+KV-cache memory of both cache policies at the same length. And what each mode pays per core row·recurrence (one
+position through one recurrence: wall time over the results' ``tokens_forward``) next to the weight products of one
+recurrence alone at 1 to 256 rows (:func:`product_floor`): how far a mode is from what this machine's matrix
+kernels allow (streaming the weights at batch 1, multiplying them for a wide wavefront or a batch), and so how much
+any implementation of the same arithmetic could still gain.
 """
 
 from __future__ import annotations
@@ -88,12 +92,13 @@ def run(model: RecurrentDepthModel, prompts: list[list[int]], sampler: str, para
         wall = time.perf_counter() - t0
         n = sum(len(r.tokens) for r in res)
         return {"tok_s": n / wall, "passes": sum(r.stats["core_passes"] for r in res) / n,
-                "capped": sum(bool(r.stats.get("max_steps_reached")) for r in res)}
+                "capped": sum(bool(r.stats.get("max_steps_reached")) for r in res),
+                "us_row": wall / sum(r.stats["tokens_forward"] for r in res) * 1e6}
     # compiled: every prompt once first, so no shape the timed run meets compiles inside it (warm-up is paid once
     # per process, as in a sweep); eager: a few prompts (allocator, caches)
     for p in prompts if mode != "batch-1 eager" else prompts[:warmup]:
         generate(model, p, sampler, **kw)
-    rates, passes, capped = [], [], 0
+    rates, passes, capped, wall, row_recs = [], [], 0, 0.0, 0
     for p in prompts:
         with Timer(device) as t:
             res = generate(model, p, sampler, **kw)
@@ -101,7 +106,46 @@ def run(model: RecurrentDepthModel, prompts: list[list[int]], sampler: str, para
         rates.append(n / t.seconds)
         passes.append(res.stats["core_passes"] / n)
         capped += bool(res.stats.get("max_steps_reached"))
-    return {"tok_s": statistics.median(rates), "passes": statistics.mean(passes), "capped": capped}
+        wall, row_recs = wall + t.seconds, row_recs + res.stats["tokens_forward"]
+    return {"tok_s": statistics.median(rates), "passes": statistics.mean(passes), "capped": capped,
+            "us_row": wall / row_recs * 1e6}
+
+
+FLOOR_ROWS = (1, 8, 32, 256)
+
+
+def recurrence_matrices(model: RecurrentDepthModel) -> list[torch.Tensor]:
+    """One recurrence's weight matrices (the adapter's and the core blocks'), those of one input width stacked."""
+    t = model.transformer
+    by_width: dict[int, list[torch.Tensor]] = {}
+    for w in [t.adapter.weight] + [p for p in t.core_block.parameters() if p.dim() == 2]:
+        by_width.setdefault(w.shape[1], []).append(w.detach())
+    return [torch.cat(ws) for ws in by_width.values()]
+
+
+@torch.inference_mode()
+def product_floor(model: RecurrentDepthModel, rows: int, repeats: int = 50) -> float:
+    """Seconds per row of one recurrence's weight products alone: the adapter and every core block's matrices on
+    ``rows`` rows, eagerly (the vendor's GEMM), in the model's dtype and device; no norms, attention or RoPE. The
+    matrices that read the same input width are stacked into one, so a recurrence is three products whatever its
+    depth: the same bytes and multiplications with few calls. What a core row·recurrence costs at the vendor GEMM's
+    rate, a reference point rather than a strict bound (inductor's GEMM template beats it on few rows of a small
+    model; on the tiny fixture a call's own few µs weigh in): at one row it is how fast the weights stream from
+    memory, at many rows how fast the device multiplies."""
+    weights = recurrence_matrices(model)
+    xs = [torch.randn(rows, w.shape[1], device=w.device, dtype=w.dtype) for w in weights]
+
+    def once() -> None:
+        for x, w in zip(xs, weights):
+            torch.nn.functional.linear(x, w)
+
+    once()
+    best = float("inf")
+    for _ in range(repeats):
+        with Timer(model.device) as timer:
+            once()
+        best = min(best, timer.seconds)
+    return best / rows
 
 
 def bench_prompts(model: RecurrentDepthModel, n: int, length: int) -> list[list[int]]:
@@ -151,6 +195,12 @@ def main(argv: list[str] | None = None) -> None:
             first = res[modes[0]]
             print(f"{label:24s}" + "".join(f" {res[m]['tok_s']:22.1f}" for m in modes)
                   + f" {first['passes']:13.2f} {first['capped']:7d}", flush=True)
+        floors = "  ".join(f"{r} row{'s' * (r > 1)}: {product_floor(model, r) * 1e6:.2f}" for r in FLOOR_ROWS)
+        print(f"cost per core row·recurrence, µs (wall time / the results' tokens_forward, prefill included; P, C and "
+              f"the sampler's own work are in it too):")
+        for label in results:
+            print(f"  {label:22s}" + "".join(f" {m}: {results[label][m]['us_row']:.2f}" for m in modes))
+        print(f"  the weight products alone at the vendor GEMM's rate (bench.product_floor), by rows per call — {floors}")
         if "static r=32" in results:
             for label in ("diffusion defaults", "diffusion fixed r'=4"):
                 if label in results:
