@@ -113,6 +113,7 @@ def _plan(model: RecurrentDepthModel, prompts: Prompts, sampler: str, max_new_to
     return single, state, requests
 
 
+@torch.inference_mode()  # as generate: the buffers its checks allocate are the ones the runs use
 def warm_up(model: RecurrentDepthModel, prompts: Sequence[Sequence[int]], sampler: str = "static",
             batch_size: int | None = None, max_new_tokens: int = 8, **kwargs: Any) -> None:
     """Run the calls a later :func:`generate` over ``prompts`` meets, untimed, so that a compiled model compiles (a
