@@ -131,9 +131,9 @@ def warm_up(model: RecurrentDepthModel, prompts: Sequence[Sequence[int]], sample
     prompts = [r.prompt for r in requests]
     options = model.engine_options
     if not (options.get("compile") or options.get("emulate_graphs")):
-        generate(model, list(max(prompts, key=len)), sampler, max_new_tokens=max_new_tokens, **kwargs)
+        generate(model, max(prompts, key=len), sampler, max_new_tokens=max_new_tokens, **kwargs)
         return
-    for p in {len(p): list(p) for p in (min(prompts, key=len), max(prompts, key=len))}.values():
+    for p in {len(p): p for p in (min(prompts, key=len), max(prompts, key=len))}.values():
         generate(model, p, sampler, max_new_tokens=max_new_tokens, **kwargs)
         if batch_size > 1:
             limits = [max_new_tokens] * (batch_size + 3)
