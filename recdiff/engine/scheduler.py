@@ -9,7 +9,9 @@ does not hold the others, and results come back in the order of the prompts.
 Admissions are grouped: while other sequences run, waiting prompts enter once a quarter of the slots (or every
 remaining prompt) can enter together. A prefill runs r recurrences over the whole prompt and costs about as much
 per call for one prompt as for several, so prefilling in groups buys more than a slot left idle for a few steps
-costs. No sequence's result depends on when it is admitted or next to whom.
+costs. Prompts wait longest first: a prefill pads its prompts to the longest among them, so prompts of similar
+length admitted together pad little (embedded model, 64 prompts of 29-57 tokens at B=32: prefill 0.69 → 0.58 s).
+No sequence's result depends on when it is admitted or next to whom.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ class SlotBatch(Protocol):
 
 
 def run_batched(batch: SlotBatch, requests: list[Request], progress: Callable[[int], None] | None = None) -> list[Any]:
-    waiting = deque(requests)
+    waiting = deque(sorted(requests, key=lambda r: -len(r.prompt)))  # stable: equal lengths keep their order
     free = list(range(batch.slots))[::-1]
     busy: set[int] = set()
     results: list[Any] = [None] * len(requests)
