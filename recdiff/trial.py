@@ -306,18 +306,20 @@ def run_trial(work: Workload, cfg: DictConfig, output_dir: str | os.PathLike) ->
             check_time()
 
         # untimed warm-ups (allocations, compilation, graph capture) before each timed pass, with an answer that
-        # fits every prompt
-        warm = {**gen_kwargs, "max_new_tokens": min(8, min(limits))}
+        # fits every prompt of the pass
+        def warm(lims: list[int]) -> dict[str, Any]:
+            return {**gen_kwargs, "max_new_tokens": min([8, *lims])}
+
         # accuracy: every problem, `batch_size` sequences side by side (continuous batching)
         for _ in range(int(cfg.run.warmup)):
-            recdiff.warm_up(work.model, prompt_ids, batch_size=batch_size, **warm)
+            recdiff.warm_up(work.model, prompt_ids, batch_size=batch_size, **warm(limits))
         with Timer(work.device) as batch_time:
             results = recdiff.generate(work.model, prompt_ids, **{**gen_kwargs, "max_new_tokens": limits},
                                        trace=[i < n_traces for i in range(len(prompt_ids))], batch_size=batch_size,
                                        progress=tick)
         # speed: the paper's metric, each of the first `speed_samples` problems alone (batch 1), timed
         for _ in range(int(cfg.run.warmup) if n_speed else 0):
-            recdiff.warm_up(work.model, prompt_ids[:n_speed], batch_size=1, **warm)
+            recdiff.warm_up(work.model, prompt_ids[:n_speed], batch_size=1, **warm(limits[:n_speed]))
         times: list[float] = []
         speed_tokens: list[int] = []
         for ids, lim in zip(prompt_ids[:n_speed], limits):
