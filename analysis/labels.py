@@ -72,7 +72,7 @@ LATEX_LABELS: dict[str, str] = {
 
 BENCHMARK_NAMES: dict[str, str] = {
     "gsm8k": "GSM8K", "math500": "MATH500", "humaneval": "HumanEval", "mbpp": "MBPP",
-    "minerva_math": "Minerva Math", "arith": "Arith",
+    "minerva_math": "Minerva Math", "arith": "Arith", "compose": "Compose",
 }
 
 

@@ -2,7 +2,7 @@
 `report.md` that states each figure's claim from the paper and whether the run agrees (:mod:`analysis.claims`).
 
 Each recipe runs as the README says to run it (``python sweep.py -m sweeps=<recipe> model=embedded
-benchmark=arith``), at the scale's slice, into one Optuna journal under the output folder, one study per recipe
+benchmark=compose``), at the scale's slice, into one Optuna journal under the output folder, one study per recipe
 (``paper_<scale>-<recipe>``). The studies share every configuration they have in common (the baselines, the sampler's
 defaults, a grid point two recipes both sweep) through the study identity (``study.reuse``): it is measured once
 and copied into the other studies. Running the command again completes what is missing and redraws everything.
@@ -41,7 +41,7 @@ SWEEPS = REPO / "sweeps"
 # Recipes in the order they run: the big grid first (its points are reused by the one-parameter recipes).
 ORDER = ("pareto_r_inner_beta", "tradeoff_r_inner", "tradeoff_epsilon", "eta", "beta_schedule", "wavefront",
          "headway", "init_scale", "continuous_compute", "kv_sharing", "table1", "search_nsga2")
-EMBEDDED = ("model=embedded", "benchmark=arith")
+EMBEDDED = ("model=embedded", "benchmark=compose")
 
 
 @dataclass(frozen=True)

@@ -150,9 +150,9 @@ def product_floor(model: RecurrentDepthModel, rows: int, repeats: int = 50) -> f
 
 def bench_prompts(model: RecurrentDepthModel, n: int, length: int) -> list[list[int]]:
     if model.tokenizer is not None:  # a trained model: real benchmark prompts, so samplers behave as in sweeps
-        from recdiff.benchmarks import get_benchmark
+        from recdiff.benchmarks import checkpoint_task, get_benchmark
 
-        bench = get_benchmark("arith", limit=n)
+        bench = get_benchmark(checkpoint_task(model.source), limit=n)
         return [model.tokenizer(bench.render(p, model.tokenizer))["input_ids"] for p in bench.problems()]
     g = torch.Generator().manual_seed(0)  # random weights: random prompts
     return [torch.randint(0, model.config.vocab_size, (length,), generator=g).tolist() for _ in range(n)]

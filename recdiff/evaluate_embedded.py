@@ -1,249 +1,195 @@
-"""Measure the embedded model on the held-out ``arith`` split and print the model-card table.
+"""Measure an embedded model on its held-out benchmark split and print the model-card tables.
 
-    python -m recdiff.evaluate_embedded                       # shipped checkpoint, 200 test problems
-    python -m recdiff.evaluate_embedded --path outputs/train/embedded/latest --n 200 --rows static
+    python -m recdiff.evaluate_embedded                                  # the shipped model, 200 held-out problems
+    python -m recdiff.evaluate_embedded --path outputs/train/compose_long/final --rows static
+    python -m recdiff.evaluate_embedded --path recdiff/assets/embedded_arith     # the previous model (arith)
 
-Rows: static AR at r ∈ {1, 2, 4, 8, 16, 32, 64}, adaptive (r=32, ε=0.03), speculative (r=32, r_draft=4,
-lookahead=4) and the diffusion sampler at the paper's defaults (ε=0.03, β=0, η=0.1, r'=4, W=128), all greedy,
-one problem at a time through ``recdiff.generate``.  Columns: accuracy with the 95% Wilson interval, median
-tokens/s over problems, core passes per generated token.  Also: the median relative latent change
-‖s_r − s_{r−1}‖/‖s_r‖ at r ∈ {8, 16, 32, 64} over the completion positions of the (teacher-forced) reference
-solutions.
+Every row is one trial measured exactly as a sweep measures it (:func:`recdiff.trial.run_trial` on the config that
+``conf/`` composes with ``model.path=<path> benchmark=<task> sampler=<row>``): accuracy over the slice (greedy, real
+generation, batched), tokens/s as the median over the first ``run.speed_samples`` problems decoded alone, core passes
+per generated token and the mean number of generated tokens. Rows: static AR at r ∈ {1, 2, 4, 8, 16, 32, 64},
+adaptive, speculative and the diffusion sampler at ``conf/sampler/*.yaml``'s defaults (the paper's). Also accuracy by
+difficulty (compose: ``K``) for every row, and the median relative latent change ‖s_r − s_{r−1}‖/‖s_r‖ per recurrence
+at the answer position (the prompt's last state) and over the generated positions of the static r=32 outputs.
 
-When ``recdiff.generate`` is not available the static rows fall back to a no-cache greedy loop (batched over
-prompts of equal length) and the other rows are skipped.
+The benchmark is the checkpoint's own task: ``compose.json`` in its folder → ``compose``; else its
+``train_state.json`` (``data.task``, ``arith`` for runs from before the option); ``--benchmark`` overrides.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
+import tempfile
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import torch
 
 ASSET_DIR = Path(__file__).resolve().parent / "assets" / "embedded"
 STATIC_RS = [1, 2, 4, 8, 16, 32, 64]
 SAMPLER_ROWS = ("adaptive", "speculative", "diffusion")
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf" / "sampler"
+LATENT_RS = (4, 8, 16, 32, 64)
+DIFFICULTY = {"compose": "k", "arith": "n_ops"}   # the problem's meta key that says how hard it is
 
 
-def sampler_defaults(name: str) -> dict:
-    """The sampler's parameters as the sweep uses them: ``conf/sampler/<name>.yaml`` (paper defaults) where
-    present, else the sampler's own defaults."""
-    f = CONF_DIR / f"{name}.yaml"
-    if not f.is_file():
-        return {}
-    import yaml
-
-    d = yaml.safe_load(f.read_text()) or {}
-    return {k: v for k, v in d.items() if k not in ("name", "defaults") and v is not None}
+def row_plan(rows: str, static_rs: list[int] | None, samplers: list[str] | None) -> list[tuple[str, list[str]]]:
+    """(label, Hydra overrides) per row."""
+    if static_rs is None:
+        static_rs = STATIC_RS if rows in ("all", "static") else []
+    if samplers is None:
+        samplers = list(SAMPLER_ROWS) if rows in ("all", "samplers") else []
+    return ([(f"static r={r}", ["sampler=static", f"sampler.r={r}"]) for r in static_rs]
+            + [(name, [f"sampler={name}"]) for name in samplers])
 
 
-def wilson_interval(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    try:
-        from recdiff.benchmarks.stats import wilson_interval as wi
-        return tuple(wi(k, n))  # type: ignore[return-value]
-    except ImportError:
-        pass
-    if n == 0:
-        return (0.0, 1.0)
-    p = k / n
-    den = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / den
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return (max(0.0, c - h), min(1.0, c + h))
+def compose_config(overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
 
+    import recdiff.schema  # noqa: F401  (the structured-config schemas)
 
-def _generate_fn():
-    try:
-        import recdiff
-        return getattr(recdiff, "generate", None)
-    except ImportError:
-        return None
+    conf = Path(__file__).resolve().parent.parent / "conf"
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)
 
 
 @torch.no_grad()
-def greedy_static_nocache(model, prompts: list[list[int]], r: int, max_new_tokens: int, eos: int, seed: int = 0):
-    """Fallback static AR: full no-cache forward per new token, prompts of equal length batched together.
-    Returns (list of new-token lists, list of per-problem seconds)."""
-    out: list[list[int] | None] = [None] * len(prompts)
-    secs = [0.0] * len(prompts)
-    groups: dict[int, list[int]] = {}
-    for i, p in enumerate(prompts):
-        groups.setdefault(len(p), []).append(i)
+def latent_change(model, prompts: list[list[int]], outputs: list[list[int]], rs=LATENT_RS,
+                  seed: int = 0) -> dict[str, dict[int, float]]:
+    """Median δ_r = ‖s_r − s_{r−1}‖/‖s_r‖ (teacher-forced on prompt + output, random initial state α=1) at the
+    answer position (the prompt's last state, which predicts the first generated token) and over every state that
+    predicts a generated token."""
     gen = torch.Generator().manual_seed(seed)
-    for L, idx in groups.items():
-        t0 = time.perf_counter()
-        ids = torch.tensor([prompts[i] for i in idx], dtype=torch.long)
-        done = torch.zeros(len(idx), dtype=torch.bool)
-        for _ in range(max_new_tokens):
-            logits, _ = model.forward(ids, r=r, init_scale=1.0, generator=gen)
-            nxt = logits[:, -1].argmax(-1)
-            ids = torch.cat([ids, nxt[:, None]], dim=1)
-            done |= nxt == eos
-            if bool(done.all()):
-                break
-        dt = (time.perf_counter() - t0) / len(idx)
-        for j, i in enumerate(idx):
-            toks = ids[j, L:].tolist()
-            if eos in toks:
-                toks = toks[: toks.index(eos) + 1]
-            out[i] = toks
-            secs[i] = dt
-    return out, secs
-
-
-def trained_layout(path: str | Path) -> int:
-    """``data.steps_per_line`` the checkpoint was trained with (its ``train_state.json``; runs from before the
-    option existed wrote one sentence per line), so reference solutions are measured in the model's own format."""
-    f = Path(path) / "train_state.json"
-    if not f.is_file():
-        from recdiff.benchmarks import arith
-        return arith.STEPS_PER_LINE
-    return int(json.loads(f.read_text()).get("config", {}).get("data", {}).get("steps_per_line", 1))
-
-
-@torch.no_grad()
-def latent_change(model, problems, rs=(8, 16, 32, 64), seed: int = 0, steps_per_line: int | None = None) -> dict[int, float]:
-    """Median δ_r = ‖s_r − s_{r−1}‖/‖s_r‖ over completion positions of prompt + reference solution (written
-    ``steps_per_line`` sentences per line; default: the benchmark's layout)."""
-    from recdiff.benchmarks import arith
-
-    tok = model.tokenizer
-    gen = torch.Generator().manual_seed(seed)
-    deltas: dict[int, list[float]] = {r: [] for r in rs}
-    for p in problems:
-        pr = tok.encode(arith.prompt_text(p.question), add_special_tokens=False)
-        sol = p.meta["solution"] if steps_per_line is None else arith.write_solution(p.meta["steps"], steps_per_line)
-        co = tok.encode(arith.completion_text(sol), add_special_tokens=False)
-        ids = torch.tensor([pr + co], dtype=torch.long)
+    answer: dict[int, list[float]] = {r: [] for r in rs}
+    generated: dict[int, list[float]] = {r: [] for r in rs}
+    for pr, out in zip(prompts, outputs):
+        ids = torch.tensor([pr + out], dtype=torch.long, device=model.freqs_cis.device)
         e = model.embed(ids)
         s = model.initial_state(e, 1.0, gen)
         for i in range(max(rs)):
             prev = s
             s = model.core_step(s, e, step=i)
-            if i + 1 in deltas:
-                d = (s - prev).norm(dim=-1) / s.norm(dim=-1)
-                deltas[i + 1].extend(d[0, len(pr):].tolist())
-    return {r: statistics.median(v) for r, v in deltas.items()}
+            if i + 1 in answer:
+                d = ((s - prev).norm(dim=-1) / s.norm(dim=-1))[0]
+                answer[i + 1].append(float(d[len(pr) - 1]))
+                generated[i + 1].extend(d[len(pr) - 1: len(pr) + len(out) - 1].tolist())
+    return {"answer_position": {r: statistics.median(v) for r, v in answer.items()},
+            "generated_positions": {r: statistics.median(v) for r, v in generated.items()}}
 
 
-def evaluate(path: str | Path = ASSET_DIR, n: int = 200, rows: str = "all", max_new_tokens: int = 64,
-             offset: int = 0, seed: int = 0, log=print, static_rs=None, samplers=None, latent: bool | None = None,
-             threads: int = 2, init_scale: float | None = None) -> dict:
-    import recdiff.load as load
-    from recdiff.benchmarks import get_benchmark
+def evaluate(path: str | Path = ASSET_DIR, n: int = 200, rows: str = "all", offset: int = 0,
+             benchmark: str | None = None, static_rs: list[int] | None = None, samplers: list[str] | None = None,
+             latent: bool | None = None, threads: int = 2, extra: list[str] = (),
+             log: Callable[[str], None] = print) -> dict[str, Any]:
+    from recdiff.trial import Workload, run_trial
 
-    torch.set_num_threads(threads)
-    model = load.load_model(str(path))
-    tok = model.tokenizer
-    bench = get_benchmark("arith", split="test", limit=n, offset=offset)
-    problems = bench.problems()
-    prompts = [tok.encode(bench.render(p, tok), add_special_tokens=False) for p in problems]
-    eos = tok.eos_token_id
-    generate = _generate_fn()
-    plan: list[tuple[str, str, dict]] = []
-    if static_rs is None:
-        static_rs = STATIC_RS if rows in ("all", "static") else []
-    if samplers is None:
-        samplers = SAMPLER_ROWS if rows in ("all", "samplers") else []
-    if latent is None:
-        latent = rows in ("all", "latent")
-    plan += [(f"static r={r}", "static", {**sampler_defaults("static"), "r": r}) for r in static_rs]
-    plan += [(name, name, sampler_defaults(name)) for name in samplers]
-    if init_scale is not None:  # override α for every row (the model is trained from random states, α = 1)
-        plan = [(label, sampler, {**params, "init_scale": float(init_scale)}) for label, sampler, params in plan]
-    results: dict = {"n": len(problems), "path": str(path), "rows": {}}
-    for label, sampler, params in plan:
-        t_row = time.time()
-        if generate is None:
-            if sampler != "static":
-                log(f"{label}: skipped (recdiff.generate not available)")
-                continue
-            outs, secs = greedy_static_nocache(model, prompts, params["r"], max_new_tokens, eos, seed)
-            passes = [len(o) * params["r"] for o in outs]  # per generated token (prefill not counted)
-            new = [len(o) for o in outs]
-        else:
-            outs, secs, passes, new = [], [], [], []
-            for p_ids in prompts:
-                t0 = time.perf_counter()
-                res = generate(model, torch.tensor([p_ids]), sampler=sampler, max_new_tokens=max_new_tokens,
-                               seed=seed, temperature=0.0, stop_token_ids=[eos],
-                               stop_strings=bench.stop_strings, **params)
-                secs.append(time.perf_counter() - t0)
-                outs.append(list(res.tokens))
-                passes.append(int(res.stats["core_passes"]))
-                new.append(int(res.stats.get("new_tokens", len(res.tokens))))
-        texts = [tok.decode(o, skip_special_tokens=True) for o in outs]
-        scores = bench.score_all(problems, texts)
-        k = sum(s.correct for s in scores)
-        lo, hi = wilson_interval(k, len(scores))
-        tps = statistics.median([nw / max(s, 1e-9) for nw, s in zip(new, secs)])
-        row = {"accuracy": k / len(scores), "low": lo, "high": hi, "tokens_per_s": tps,
-               "core_passes_per_token": sum(passes) / max(sum(new), 1), "new_tokens": sum(new) / len(new),
-               "wall_s": time.time() - t_row, "engine": "generate" if generate else "nocache-loop"}
-        results["rows"][label] = row
-        results["rows"][label]["params"] = params
-        log(f"{label:<14} acc {row['accuracy']:.3f} [{lo:.3f}, {hi:.3f}]  {tps:7.1f} tok/s  "
-            f"{row['core_passes_per_token']:6.2f} passes/tok  ({row['wall_s']:.0f}s)")
-    if latent:
-        lc = latent_change(model, problems[: min(len(problems), 100)], steps_per_line=trained_layout(path))
-        results["latent_change_median"] = lc
-        log("median latent change " + "  ".join(f"r={r}: {v:.1e}" for r, v in lc.items()))
+    from recdiff.benchmarks import checkpoint_task
+
+    bench = benchmark or checkpoint_task(path)
+    base = [f"model.path={Path(path).resolve() if Path(path).exists() else path}", f"benchmark={bench}",
+            f"benchmark.limit={n}", f"benchmark.offset={offset}", "run.progress=false", f"run.threads={threads}",
+            *extra]
+    plan = row_plan(rows, static_rs, samplers)
+    work = Workload.from_config(compose_config(base + (plan[0][1] if plan else [])))
+    key = DIFFICULTY.get(bench)
+    results: dict[str, Any] = {"path": str(path), "benchmark": bench, "n": len(work.problems), "offset": offset,
+                               "overrides": list(extra), "rows": {}}
+    static32: list[dict] | None = None
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, overrides in plan:
+            cfg = compose_config(base + overrides)
+            t0 = time.time()
+            res = run_trial(work, cfg, Path(tmp) / label.replace(" ", "_"))
+            row = {"accuracy": res.accuracy, "low": res.attrs["accuracy_low"], "high": res.attrs["accuracy_high"],
+                   "tokens_per_s": res.tokens_per_s, "core_passes_per_token": res.attrs["core_passes_per_token"],
+                   "new_tokens": res.attrs["mean_new_tokens"], "wall_s": round(time.time() - t0, 1),
+                   "params": {k: v for k, v in dict(cfg.sampler).items() if v is not None}}
+            if key:
+                by: dict[int, list[bool]] = {}
+                for p, r in zip(work.problems, res.rows):
+                    by.setdefault(int(p.meta[key]), []).append(bool(r["correct"]))
+                row["by_difficulty"] = {k: sum(v) / len(v) for k, v in sorted(by.items())}
+            results["rows"][label] = row
+            if label == "static r=32":
+                static32 = res.rows
+            log(f"{label:<14} acc {row['accuracy']:.3f} [{row['low']:.3f}, {row['high']:.3f}]  "
+                f"{row['tokens_per_s']:7.1f} tok/s  {row['core_passes_per_token']:6.2f} passes/tok  "
+                f"{row['new_tokens']:5.1f} tokens  ({row['wall_s']:.0f}s)")
+    if latent if latent is not None else static32 is not None:
+        if static32 is None:
+            raise SystemExit("--latent yes needs the static r=32 row")
+        tok = work.model.tokenizer
+        m = min(len(static32), 100)
+        prompts = [tok.encode(r["prompt"], add_special_tokens=False) for r in static32[:m]]
+        outs = [tok.encode(r["output"], add_special_tokens=False) for r in static32[:m]]
+        results["latent_change_median"] = latent_change(work.model, prompts, outs)
+        log("median latent change at the answer position " +
+            "  ".join(f"r={r}: {v:.1e}" for r, v in results["latent_change_median"]["answer_position"].items()))
     return results
 
 
-def format_table(results: dict) -> str:
-    lines = ["| sampler | accuracy | 95% CI | tokens/s (median) | core passes / token |",
-             "|---|---|---|---|---|"]
+def format_tables(results: dict[str, Any]) -> str:
+    lines = ["| sampler | accuracy | 95% CI | tokens/s (median, batch 1) | core passes / token | generated tokens |",
+             "|---|---|---|---|---|---|"]
     for label, r in results["rows"].items():
         lines.append(f"| {label} | {r['accuracy']:.3f} | [{r['low']:.3f}, {r['high']:.3f}] | "
-                     f"{r['tokens_per_s']:.1f} | {r['core_passes_per_token']:.2f} |")
+                     f"{r['tokens_per_s']:.1f} | {r['core_passes_per_token']:.2f} | {r['new_tokens']:.1f} |")
+    bys = {label: r["by_difficulty"] for label, r in results["rows"].items() if r.get("by_difficulty")}
+    if bys:
+        keys = sorted({int(k) for by in bys.values() for k in by})
+        name = {"compose": "K"}.get(results.get("benchmark", ""), "difficulty")
+        lines += ["", f"Accuracy by {name}:", "",
+                  f"| sampler | " + " | ".join(str(k) for k in keys) + " |", "|---|" + "---|" * len(keys)]
+        for label, by in bys.items():
+            by = {int(k): v for k, v in by.items()}
+            lines.append(f"| {label} | " + " | ".join(f"{by[k]:.2f}" if k in by else "" for k in keys) + " |")
     if "latent_change_median" in results:
         lc = results["latent_change_median"]
         lines.append("")
-        lines.append("median ‖s_r − s_{r−1}‖/‖s_r‖ over completion positions: " +
-                     ", ".join(f"r={r}: {v:.1e}" for r, v in lc.items()))
+        for where, v in lc.items():
+            lines.append(f"median ‖s_r − s_(r−1)‖/‖s_r‖, {where.replace('_', ' ')}: " +
+                         ", ".join(f"r={r}: {x:.1e}" for r, x in v.items()))
     return "\n".join(lines)
 
 
-def main(argv=None) -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--path", default=str(ASSET_DIR))
+    ap.add_argument("--benchmark", default=None, help="default: the checkpoint's own task")
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--offset", type=int, default=0)
-    ap.add_argument("--rows", default="all", choices=["all", "static", "samplers", "latent"])
-    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--rows", default="all", choices=["all", "static", "samplers"])
     ap.add_argument("--static-r", default=None, help="comma list of static r (overrides --rows for static)")
     ap.add_argument("--samplers", default=None, help="comma list of samplers (overrides --rows for samplers)")
     ap.add_argument("--latent", default=None, choices=["yes", "no"])
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--init-scale", type=float, default=None, help="override α (init_scale) for every row")
-    ap.add_argument("--json", default=None, help="also write the results here")
-    ap.add_argument("--merge", nargs="+", default=None, help="only print the table of these result JSONs merged")
+    ap.add_argument("--json", default=None, help="also write the results here (the model card's eval_results.json)")
+    ap.add_argument("--merge", nargs="+", default=None, help="only print the tables of these result JSONs merged")
+    ap.add_argument("overrides", nargs="*", help="more Hydra overrides for every row, e.g. run.speed_samples=32")
     a = ap.parse_args(argv)
     if a.merge:
-        res = {"rows": {}}
+        res: dict[str, Any] = {"rows": {}}
         for f in a.merge:
             part = json.loads(Path(f).read_text())
             res["rows"].update(part.get("rows", {}))
+            res["benchmark"] = part.get("benchmark", res.get("benchmark"))
             if "latent_change_median" in part:
                 res["latent_change_median"] = part["latent_change_median"]
         order = [f"static r={r}" for r in STATIC_RS] + list(SAMPLER_ROWS)
         res["rows"] = {k: res["rows"][k] for k in order if k in res["rows"]}
-        print(format_table(res))
+        print(format_tables(res))
         return
-    res = evaluate(a.path, a.n, a.rows, a.max_new_tokens, a.offset, log=lambda s: print(s, flush=True),
+    res = evaluate(a.path, a.n, a.rows, a.offset, a.benchmark,
                    static_rs=None if a.static_r is None else [int(x) for x in a.static_r.split(",") if x],
                    samplers=None if a.samplers is None else [x for x in a.samplers.split(",") if x],
-                   latent=None if a.latent is None else a.latent == "yes", threads=a.threads,
-                   init_scale=a.init_scale)
+                   latent=None if a.latent is None else a.latent == "yes", threads=a.threads, extra=a.overrides,
+                   log=lambda s: print(s, flush=True))
     print()
-    print(format_table(res))
+    print(format_tables(res))
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=2, default=str) + "\n")
 

@@ -69,7 +69,7 @@ def build_byte_tokenizer() -> Tokenizer:
     """Byte-level tokenizer without merges: the special tokens, then byte b as id ``len(SPECIAL_TOKENS) + b``.
 
     Every character of an ASCII text is one token, so a task whose names and digits are single characters (the
-    ``hops`` benchmark) never sees a name merged with its neighbours, and ids can be computed without it
+    ``compose`` benchmark) never sees a name merged with its neighbours, and ids can be computed without it
     (:func:`byte_ids`)."""
     from tokenizers.pre_tokenizers import ByteLevel
 

@@ -9,13 +9,16 @@ Huginn's recipe at toy scale:
 - random initial states (``init_scale`` α = 1);
 - AdamW, trapezoid learning rate (linear warm-up, constant, linear cool-down), gradient clipping.
 Data (``data.task``): an endless stream of train-split problems of an embedded benchmark, loss on the completion
-tokens only (solution + EOS); the test split is disjoint by construction.
-- ``hops`` (the default model): K-hop variable look-ups (:mod:`recdiff.benchmarks.hops`), byte-level tokenizer
-  without merges; curriculum on K: the largest K rises from ``data.curriculum_start`` to ``data.max_hops`` over
-  ``data.curriculum_frac`` of the run (K uniform below it).
+tokens only (solution + EOS); the test split is disjoint by construction. Each task's data lives next to its
+benchmark (``TrainingData`` in the benchmark's module, listed in :data:`TASKS`):
+- ``compose`` (the default model, ``conf/train/compose.yaml``): compositions of fixed digit permutations
+  (:mod:`recdiff.benchmarks.compose`), byte-level tokenizer without merges; curriculum on K (below);
 - ``arith`` (the previous model, ``conf/train/embedded_arith.yaml``): word problems with solutions written
   ``data.steps_per_line`` sentences per line; byte-level BPE (single-digit tokens) trained on the first
-  ``tokenizer.corpus`` train problems; curriculum on the layout (below).
+  ``tokenizer.corpus`` train problems; curriculum on the layout (:mod:`recdiff.benchmarks.arith`).
+Adaptive curriculum (tasks with a ``threshold``): the *level* (compose: the largest K) starts at
+``data.curriculum_start`` and goes up by one whenever the running exact match of the training batches reaches
+``data.curriculum_threshold`` — a level is learned before the next begins.
 Checkpoints are written atomically every ``checkpoint_every_s`` seconds in the official layout (``config.json``,
 ``model.safetensors``, ``tokenizer.json``).
 
@@ -23,23 +26,21 @@ The schedule's progress is ``max(step / max_steps, elapsed / time_budget_s)``: a
 budget still cools down before its deadline (the step count reached is logged and written to the run's
 ``train_state.json``).
 
-Curriculum (arith): ``data.curriculum_frac`` > 0 writes early problems ``data.curriculum_start`` sentences per line,
-with the final layout's share rising linearly to 1 over that fraction of the run.  ``init_from`` continues from a
-checkpoint folder (weights, config and tokenizer; the schedule restarts), i.e. a later stage of a multi-stage run.
+``init_from`` continues from a checkpoint folder (its weights, architecture and tokenizer; the schedule restarts, and
+the recurrence draws ``model.mean_recurrence`` / ``mean_backprop_depth`` are this stage's), i.e. a later stage of a
+multi-stage run (set ``data.curriculum_start`` to the level the previous stage reached).
 
 On a GPU (``device=cuda``) batches are built by ``train.loader_workers`` background processes and matrix products
 use TF32.
 
-Hydra config: ``conf/train/embedded.yaml`` (``--config-name`` picks another file in ``conf/train/``).
+Hydra config: ``conf/train/compose.yaml`` (``--config-name`` picks another file in ``conf/train/``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
-import random
 import shutil
 import time
 from pathlib import Path
@@ -48,31 +49,30 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from recdiff.benchmarks import arith, hops
 from recdiff.config import RecurrentConfig
+from recdiff.errors import RecdiffError
 from recdiff.model import RecurrentDepthModel
 
-DEFAULTS: dict[str, Any] = {
+DEFAULTS: dict[str, Any] = {  # conf/train/compose.yaml, the shipped model's recipe
     "seed": 0,
     "data_seed": 0,
     "threads": "auto",
     "device": "cpu",
-    "out_dir": "outputs/train/embedded",
+    "out_dir": "outputs/train/compose",
     "init_from": None,
     "model": {
         "n_embd": 128, "n_heads": 4, "num_key_value_heads": 4,
-        "n_layers_in_prelude": 1, "n_layers_in_recurrent_block": 2, "n_layers_in_coda": 1,
-        "intermediate_size": 352, "block_size": 256, "mean_recurrence": 16, "mean_backprop_depth": 4,
+        "n_layers_in_prelude": 1, "n_layers_in_recurrent_block": 1, "n_layers_in_coda": 1,
+        "intermediate_size": 352, "block_size": 128, "mean_recurrence": 12, "mean_backprop_depth": 4,
         "rope_base": 50000.0, "qk_bias": True, "bias": False, "tie_embeddings": True,
     },
-    "data": {"task": "arith", "steps_per_line": arith.STEPS_PER_LINE, "curriculum_start": 1, "curriculum_frac": 0.0,
-             "max_hops": hops.MAX_HOPS, "curriculum_threshold": 0.0},
-    "tokenizer": {"vocab_size": 512, "corpus": 20000},
+    "data": {"task": "compose", "format": "direct", "max_k": 24, "curriculum_start": 2, "curriculum_threshold": 0.8},
+    "tokenizer": {},
     "train": {
-        "batch_size": 24, "lr": 3e-3, "min_lr_frac": 0.0, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
-        "grad_clip": 1.0, "warmup_steps": 50, "cooldown_frac": 0.25, "max_steps": 100000,
-        "time_budget_s": 3600.0, "init_scale": 1.0, "lognormal_sigma": 0.5, "log_every": 25,
-        "checkpoint_every_s": 300.0, "eval_every_s": 900.0, "eval_n": 128, "eval_r": [1, 4, 8, 16, 32],
+        "batch_size": 64, "lr": 2e-3, "min_lr_frac": 0.0, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
+        "grad_clip": 1.0, "warmup_steps": 50, "cooldown_frac": 0.2, "max_steps": 1000000,
+        "time_budget_s": 1200.0, "init_scale": 1.0, "lognormal_sigma": 0.5, "log_every": 25,
+        "checkpoint_every_s": 120.0, "eval_every_s": 300.0, "eval_n": 480, "eval_r": [1, 2, 4, 8, 16, 32, 64],
         "loader_workers": 0,
     },
 }
@@ -143,35 +143,38 @@ def lr_factor(progress: float, step: int, warmup: int, cooldown_frac: float, min
 
 
 # ------------------------------------------------------------------------------------------------ data
-class Curriculum:
-    """Solution layout per training problem: during the first ``frac`` of the run the share of problems written
-    in the final layout (``steps_per_line``) rises linearly from 0 to 1, the others are written ``start``
-    steps per line (one operation per written result: easy to learn, then composed into longer chains)."""
+# data.task → the task's training data, which lives next to its benchmark (a new task adds one module). A task
+# object gives ``tokenizer()``, ``texts(problem) -> (prompt, completion)``, ``stream(worker) -> draw(progress,
+# level)``, ``eval_problems(n)``, ``difficulty(problem)`` and ``save(folder)`` (what a checkpoint must carry of the
+# task); ``threshold`` > 0 with ``max_level`` turns on the adaptive curriculum below.
+TASKS = {
+    "compose": "recdiff.benchmarks.compose:TrainingData",
+    "arith": "recdiff.benchmarks.arith:TrainingData",
+}
 
-    def __init__(self, steps_per_line: int, start: int, frac: float, seed: int) -> None:
-        self.final, self.start, self.frac = steps_per_line, start, frac
-        self.rng = random.Random(f"curriculum/{seed}")
 
-    def __call__(self, problem: arith.ArithProblem, progress: float) -> arith.ArithProblem:
-        share = 1.0 if self.frac <= 0 else min(progress / self.frac, 1.0)
-        spl = self.final if self.rng.random() < share else self.start
-        if spl == self.final:
-            return problem  # the stream already writes the final layout
-        return dataclasses.replace(problem, solution=arith.write_solution(problem.steps, spl))
+def make_task(cfg: dict) -> Any:
+    import importlib
+
+    name = str(cfg["data"].get("task", "compose"))
+    if name not in TASKS:
+        raise RecdiffError(f"data.task={name!r}: choose one of {', '.join(TASKS)}")
+    module, cls = TASKS[name].split(":")
+    return getattr(importlib.import_module(module), cls)(cfg)
 
 
 class Encoder:
-    """prompt / completion → ids and completion mask, exactly as evaluation sees them (``fmt``: the task's module,
-    which writes ``prompt_text(question)`` and ``completion_text(solution)``)."""
+    """problem → ids and completion mask, exactly as evaluation sees them (the task writes the texts)."""
 
-    def __init__(self, tok, fmt: Any = arith) -> None:  # a ``tokenizers.Tokenizer``
-        self.tok, self.fmt = tok, fmt
+    def __init__(self, tok, task: Any) -> None:  # a ``tokenizers.Tokenizer``
+        self.tok, self.task = tok, task
         self.eos = tok.token_to_id("<|end_of_text|>")
         self.pad = tok.token_to_id("<|pad|>")
 
     def encode(self, problem: Any) -> tuple[list[int], int]:
-        p = self.tok.encode(self.fmt.prompt_text(problem.question)).ids
-        c = self.tok.encode(self.fmt.completion_text(problem.solution)).ids + [self.eos]
+        prompt, completion = self.task.texts(problem)
+        p = self.tok.encode(prompt).ids
+        c = self.tok.encode(completion).ids + [self.eos]
         return p + c, len(p)
 
     def batch(self, problems) -> tuple[torch.Tensor, torch.Tensor]:
@@ -185,80 +188,23 @@ class Encoder:
         return ids, mask
 
 
-# ------------------------------------------------------------------------------------------------ tasks
-class ArithTask:
-    """The previous embedded model's data: ``arith`` word problems, BPE tokenizer, layout curriculum."""
+class LevelCurriculum:
+    """The adaptive curriculum: ``level`` (shared with loader processes) goes up by one, to at most ``max_level``,
+    once the running mean (EMA, ``decay``) of the training batches' exact match reaches ``threshold``; the mean
+    restarts from 0 at each new level, so a level must be solved on its own batches."""
 
-    fmt = arith
+    def __init__(self, level: Any, threshold: float, max_level: int, decay: float = 0.95) -> None:
+        self.level, self.threshold, self.max_level, self.decay = level, threshold, max_level, decay
+        self.ema = 0.0
 
-    def __init__(self, cfg: dict) -> None:
-        self.cfg, d = cfg, cfg["data"]
-        self.spl = int(d["steps_per_line"])
-        self.curriculum = Curriculum(self.spl, int(d["curriculum_start"]), float(d["curriculum_frac"]),
-                                     int(cfg["data_seed"]))
-
-    def tokenizer(self):
-        return build_tokenizer_for(self.cfg)
-
-    def stream(self, worker: int = 0):
-        """(problem given the run's progress) for the train split; ``worker`` > 0 draws from its own stream."""
-        it = arith.iter_split("train", int(self.cfg["data_seed"]) + 1000 * worker, self.spl)
-        return lambda progress, level: self.curriculum(next(it), progress)
-
-    def eval_problems(self, n: int) -> list:
-        return arith.generate_split("test", n, seed=arith.DEFAULT_SEED, steps_per_line=self.spl)
-
-    @staticmethod
-    def difficulty(problem: Any) -> int:
-        return problem.n_ops
-
-
-class HopsTask:
-    """The default embedded model's data: ``hops`` look-ups, byte tokenizer, curriculum on the largest K.
-
-    Curriculum: with ``data.curriculum_threshold`` > 0 the largest K (the *level*) starts at ``curriculum_start``
-    and goes up by one whenever the running exact match of the training batches reaches the threshold (a level is
-    learned before the next begins); else it rises linearly over ``curriculum_frac`` of the run."""
-
-    fmt = hops
-
-    def __init__(self, cfg: dict) -> None:
-        self.cfg, d = cfg, cfg["data"]
-        self.max_hops, self.start, self.frac = int(d["max_hops"]), int(d["curriculum_start"]), float(d["curriculum_frac"])
-        self.threshold = float(d.get("curriculum_threshold", 0.0))
-
-    def tokenizer(self):
-        from recdiff.tokenizer import build_byte_tokenizer
-
-        return build_byte_tokenizer()
-
-    def k_max(self, progress: float) -> int:
-        if self.frac <= 0:
-            return self.max_hops
-        share = min(progress / self.frac, 1.0)
-        return max(1, min(self.max_hops, round(self.start + share * (self.max_hops - self.start))))
-
-    def stream(self, worker: int = 0):
-        rng = random.Random(f"hops/train/{self.cfg['data_seed']}/{worker}")
-
-        def draw(progress: float, level: int) -> hops.HopsProblem:
-            k_max = level if self.threshold > 0 else self.k_max(progress)
-            while True:  # the train split: everything the test split does not hold
-                p = hops.make_problem(rng, k_max)
-                if not hops.is_test_question(p.question):
-                    return p
-
-        return draw
-
-    def eval_problems(self, n: int) -> list:
-        return hops.generate_split("test", n, seed=hops.DEFAULT_SEED, max_hops=self.max_hops)
-
-    @staticmethod
-    def difficulty(problem: Any) -> int:
-        return problem.hops
-
-
-TASKS = {"arith": ArithTask, "hops": HopsTask}
+    def update(self, batch_exact: float) -> bool:
+        """Record one batch; True when the level went up."""
+        self.ema = self.decay * self.ema + (1 - self.decay) * batch_exact
+        if self.ema >= self.threshold and self.level.value < self.max_level:
+            self.level.value += 1
+            self.ema = 0.0
+            return True
+        return False
 
 
 class Batches(torch.utils.data.IterableDataset):
@@ -316,8 +262,10 @@ def teacher_forced_accuracy(model, enc: Encoder, problems, r: int, seed: int = 0
 
 
 # ------------------------------------------------------------------------------------------------ checkpoint
-def save_checkpoint(model: RecurrentDepthModel, tok, folder: str | Path, extra: dict | None = None) -> None:
-    """Atomic: write a sibling temp folder, then swap it in."""
+def save_checkpoint(model: RecurrentDepthModel, tok, folder: str | Path, extra: dict | None = None,
+                    task: Any = None) -> None:
+    """Atomic: write a sibling temp folder, then swap it in (with what the task writes of itself, e.g. the
+    compose permutations)."""
     from recdiff.tokenizer import save_tokenizer
 
     folder = Path(folder)
@@ -339,6 +287,8 @@ def save_checkpoint(model: RecurrentDepthModel, tok, folder: str | Path, extra: 
     gen_cfg = {"eos_token_id": cfg["eos_token_id"], "pad_token_id": cfg["pad_token_id"], "do_sample": False,
                "max_new_tokens": 64}
     (tmp / "generation_config.json").write_text(json.dumps(gen_cfg, indent=2) + "\n")
+    if task is not None and hasattr(task, "save"):
+        task.save(tmp)
     if extra is not None:
         (tmp / "train_state.json").write_text(json.dumps(extra, indent=2) + "\n")
     old = folder.with_name(folder.name + ".old")
@@ -362,15 +312,6 @@ def _save_fallback(model: RecurrentDepthModel, folder: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ main loop
-def build_tokenizer_for(cfg: dict):
-    from recdiff.tokenizer import build_tokenizer
-
-    corpus = arith.generate_split("train", int(cfg["tokenizer"]["corpus"]), seed=int(cfg["data_seed"]),
-                                  steps_per_line=int(cfg["data"]["steps_per_line"]))
-    texts = [arith.prompt_text(p.question) + arith.completion_text(p.solution) for p in corpus]
-    return build_tokenizer(texts, vocab_size=int(cfg["tokenizer"]["vocab_size"]))
-
-
 def build_model(cfg: dict, vocab_size: int) -> RecurrentDepthModel:
     m = dict(cfg["model"])
     padded = int(math.ceil(vocab_size / 64) * 64)
@@ -396,26 +337,27 @@ def _eval_line(res: dict) -> str:
 def run_training(overrides: dict | None = None, log=print) -> dict:
     cfg = _merge(DEFAULTS, overrides or {})
     tc = cfg["train"]
-    task_name = str(cfg["data"].get("task", "arith"))
-    if task_name not in TASKS:
-        raise ValueError(f"data.task={task_name!r}: choose one of {', '.join(TASKS)}")
-    task = TASKS[task_name](cfg)
+    task_name = str(cfg["data"].get("task", "compose"))
+    task = make_task(cfg)
     threads = ThreadTuner(cfg["threads"])
     torch.manual_seed(int(cfg["seed"]))
     out_dir = Path(cfg["out_dir"])
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    if cfg.get("init_from"):  # continue from a checkpoint (a curriculum stage): its weights, config, tokenizer
+    if cfg.get("init_from"):  # continue from a checkpoint (a curriculum stage): its weights, architecture, tokenizer
         from recdiff.load import load_model
 
         model = load_model(cfg["init_from"]).requires_grad_(True)
         tok = model.tokenizer.backend_tokenizer
         c = model.config
-        cfg["model"] = {**cfg["model"], "mean_recurrence": c.mean_recurrence, "mean_backprop_depth": c.mean_backprop_depth}
+        # the architecture is the checkpoint's; the recurrence draws are this stage's (written into its checkpoints)
+        c.mean_recurrence = int(cfg["model"]["mean_recurrence"])
+        c.mean_backprop_depth = int(cfg["model"]["mean_backprop_depth"])
+        cfg["model"] = {**cfg["model"], **{k: getattr(c, k) for k in cfg["model"] if hasattr(c, k)}}
     else:
         tok = task.tokenizer()
         model = build_model(cfg, tok.get_vocab_size())
-    enc = Encoder(tok, task.fmt)
+    enc = Encoder(tok, task)
     dev = str(cfg.get("device", "cpu"))
     if dev == "auto":
         dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -440,8 +382,8 @@ def run_training(overrides: dict | None = None, log=print) -> dict:
 
     progress_value = mp.get_context("fork").Value("d", 0.0, lock=False)
     level = mp.get_context("fork").Value("i", int(cfg["data"]["curriculum_start"]), lock=False)
-    adaptive = isinstance(task, HopsTask) and task.threshold > 0
-    batch_ema = 0.0  # running exact match of the training batches (adaptive curriculum)
+    curriculum = (LevelCurriculum(level, task.threshold, task.max_level) if getattr(task, "threshold", 0.0) > 0
+                  else None)
     workers = int(tc.get("loader_workers", 0))
     batches = iter(torch.utils.data.DataLoader(
         Batches(task, enc, int(tc["batch_size"]), progress_value, level), batch_size=None, num_workers=workers,
@@ -480,13 +422,10 @@ def run_training(overrides: dict | None = None, log=print) -> dict:
         opt.step()
         threads.after(step, time.perf_counter() - t_step)
         step += 1
-        if adaptive:  # teacher-forced exact match of this batch; the next level once the current one is learned
+        if curriculum is not None:  # teacher-forced exact match of this batch
             with torch.no_grad():
                 exact = float((((logits[:, :-1].argmax(-1) == ids[:, 1:]) | ~mask[:, 1:]).all(dim=1)).float().mean())
-            batch_ema = 0.95 * batch_ema + 0.05 * exact
-            if batch_ema >= task.threshold and level.value < task.max_hops:
-                level.value += 1
-                batch_ema = 0.0
+            if curriculum.update(exact):
                 log(f"step {step}: curriculum level K<={level.value}")
         lv = loss.item()
         ema = lv if ema is None else 0.98 * ema + 0.02 * lv
@@ -494,9 +433,7 @@ def run_training(overrides: dict | None = None, log=print) -> dict:
         state = {"step": step, "elapsed_s": round(time.time() - t0, 1), "loss_ema": ema, "lr": opt.param_groups[0]["lr"],
                  "seed": cfg["seed"], "data_seed": cfg["data_seed"], "curriculum_level": level.value, "config": cfg}
         if step % int(tc["log_every"]) == 0:
-            extra = ""
-            if isinstance(task, HopsTask):
-                extra = f" K<={level.value if adaptive else task.k_max(progress)}" + (f" batch exact {batch_ema:.2f}" if adaptive else "")
+            extra = f" level {level.value} batch exact {curriculum.ema:.2f}" if curriculum is not None else ""
             log(f"step {step} t={time.time() - t0:.0f}s loss {lv:.4f} ema {ema:.4f} r={r_ng + r_g} "
                 f"lr {opt.param_groups[0]['lr']:.2e} gnorm {float(gn):.2f} {step / (time.time() - t0):.2f} it/s "
                 f"threads {torch.get_num_threads()}{extra}")
@@ -507,11 +444,11 @@ def run_training(overrides: dict | None = None, log=print) -> dict:
             log(_eval_line(res))
             last_eval = time.time()
         if float(tc["checkpoint_every_s"]) > 0 and now - last_ckpt >= float(tc["checkpoint_every_s"]):
-            save_checkpoint(model, tok, out_dir / "latest", extra=state)
+            save_checkpoint(model, tok, out_dir / "latest", extra=state, task=task)
             last_ckpt = time.time()
             log(f"checkpoint step {step} -> {out_dir / 'latest'}")
-    save_checkpoint(model, tok, out_dir / "final", extra=state)
-    save_checkpoint(model, tok, out_dir / "latest", extra=state)
+    save_checkpoint(model, tok, out_dir / "final", extra=state, task=task)
+    save_checkpoint(model, tok, out_dir / "latest", extra=state, task=task)
     log(f"done: {step} steps in {time.time() - t0:.0f}s -> {out_dir / 'final'}")
     if float(tc["eval_every_s"]) > 0:
         res = {r: teacher_forced_accuracy(model, enc, eval_problems, r, difficulty=task.difficulty) for r in tc["eval_r"]}
@@ -525,7 +462,7 @@ def _main_hydra() -> None:
 
     conf_dir = str(Path(__file__).resolve().parent.parent / "conf" / "train")
 
-    @hydra.main(version_base="1.3", config_path=conf_dir, config_name="embedded")
+    @hydra.main(version_base="1.3", config_path=conf_dir, config_name="compose")
     def _run(cfg) -> None:
         d = OmegaConf.to_container(cfg, resolve=True)
         d.pop("hydra", None)

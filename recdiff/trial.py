@@ -170,6 +170,7 @@ class Workload:
             raise RecdiffError(f"benchmark {name} has no problems in this slice (benchmark.limit/offset)")
         folder = checkpoint_folder(resolve_model_path(str(cfg.model.path)))
         check_tokenizer(folder, str(getattr(cfg.model.tokenizer, "value", cfg.model.tokenizer)), name)
+        bench.check_model(folder)
         device = resolve_device(str(cfg.model.device))
         dtype = str(resolve_dtype(cfg.model.dtype, torch.device(device))).removeprefix("torch.")
         if before_load is not None:

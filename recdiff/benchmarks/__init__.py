@@ -49,7 +49,7 @@ _LAZY: dict[str, str] = {
     "humaneval": "recdiff.benchmarks.humaneval:HumanEval",
     "mbpp": "recdiff.benchmarks.mbpp:MBPP",
     "arith": "recdiff.benchmarks.arith:ArithBenchmark",
-    "hops": "recdiff.benchmarks.hops:HopsBenchmark",
+    "compose": "recdiff.benchmarks.compose:ComposeBenchmark",
 }
 
 
@@ -79,6 +79,21 @@ def get_benchmark(name: str, **options: Any) -> "Benchmark":
     if name not in _REGISTRY:
         raise RecdiffError(f"unknown benchmark {name!r}; available: {', '.join(available())}")
     return _REGISTRY[name](**options)
+
+
+def checkpoint_task(folder: Any) -> str:
+    """The embedded benchmark a checkpoint folder was trained on: ``compose.json`` → ``compose``; else its
+    ``train_state.json``'s ``data.task`` (``arith`` for runs from before that option); ``compose`` when unknown."""
+    import json
+    from pathlib import Path
+
+    folder = Path(folder)
+    if (folder / "compose.json").is_file():
+        return "compose"
+    state = folder / "train_state.json"
+    if state.is_file():
+        return str(json.loads(state.read_text()).get("config", {}).get("data", {}).get("task", "arith"))
+    return "compose"
 
 
 def select_indices(n: int, *, limit: int | None = None, offset: int = 0, subsample: int | None = None,
@@ -136,6 +151,10 @@ class Benchmark:
                 "ids_sha256": hashlib.sha256("\n".join(ids).encode()).hexdigest(),
             }
         return list(self._problems)
+
+    def check_model(self, folder: Any) -> None:
+        """Raise a one-line :class:`RecdiffError` when the checkpoint in ``folder`` cannot be scored on this
+        benchmark (a task definition it carries disagrees with the benchmark's); most benchmarks accept any."""
 
     # -- prompting / scoring ----------------------------------------------------------------------
     def render(self, problem: Problem, tokenizer: Any = None) -> str:

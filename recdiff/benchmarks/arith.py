@@ -20,6 +20,7 @@ shared with the training recipe in :mod:`recdiff.train`.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 import re
@@ -287,3 +288,58 @@ class ArithBenchmark(Benchmark):
             out.append(Score(correct=bool(ok), extracted=None if extracted is None else str(extracted),
                              detail={"reference": p.reference}))
         return out
+
+
+# ---- training data (recdiff.train: data.task=arith, conf/train/embedded_arith.yaml) ----------------------
+
+class Curriculum:
+    """Solution layout per training problem: during the first ``frac`` of the run the share of problems written
+    in the final layout (``steps_per_line``) rises linearly from 0 to 1, the others are written ``start``
+    steps per line (one operation per written result: easy to learn, then composed into longer chains)."""
+
+    def __init__(self, steps_per_line: int, start: int, frac: float, seed: int) -> None:
+        self.final, self.start, self.frac = steps_per_line, start, frac
+        self.rng = random.Random(f"curriculum/{seed}")
+
+    def __call__(self, problem: ArithProblem, progress: float) -> ArithProblem:
+        share = 1.0 if self.frac <= 0 else min(progress / self.frac, 1.0)
+        spl = self.final if self.rng.random() < share else self.start
+        if spl == self.final:
+            return problem  # the stream already writes the final layout
+        return dataclasses.replace(problem, solution=write_solution(problem.steps, spl))
+
+
+class TrainingData:
+    """The previous embedded model's data: train-split word problems, byte-level BPE trained on the first
+    ``tokenizer.corpus`` of them, curriculum on the layout (:class:`Curriculum`)."""
+
+    def __init__(self, cfg: dict) -> None:
+        d = cfg["data"]
+        self.cfg, self.seed = cfg, int(cfg["data_seed"])
+        self.spl = int(d.get("steps_per_line", STEPS_PER_LINE))
+        self.curriculum = Curriculum(self.spl, int(d.get("curriculum_start", 1)), float(d.get("curriculum_frac", 0.0)),
+                                     self.seed)
+
+    def tokenizer(self):
+        from recdiff.tokenizer import build_tokenizer
+
+        tc = self.cfg.get("tokenizer") or {}
+        corpus = generate_split("train", int(tc.get("corpus", 20000)), seed=self.seed, steps_per_line=self.spl)
+        return build_tokenizer([self.texts(p)[0] + self.texts(p)[1] for p in corpus],
+                               vocab_size=int(tc.get("vocab_size", 512)))
+
+    @staticmethod
+    def texts(problem: ArithProblem) -> tuple[str, str]:
+        return prompt_text(problem.question), completion_text(problem.solution)
+
+    def stream(self, worker: int = 0):
+        """(problem given the run's progress) for the train split; ``worker`` > 0 draws from its own stream."""
+        it = iter_split("train", self.seed + 1000 * worker, self.spl)
+        return lambda progress, level: self.curriculum(next(it), progress)
+
+    def eval_problems(self, n: int) -> list:
+        return generate_split("test", n, seed=DEFAULT_SEED, steps_per_line=self.spl)
+
+    @staticmethod
+    def difficulty(problem: ArithProblem) -> int:
+        return problem.n_ops

@@ -1,6 +1,6 @@
 """Batched and batch-1 decoding side by side on a benchmark slice: how many completions agree, and accuracy.
 
-    python -m recdiff.engine.agreement                       # embedded model, 200 arith problems, B=32
+    python -m recdiff.engine.agreement                       # embedded model, 200 of its benchmark's problems, B=32
     python -m recdiff.engine.agreement --n 200 --batch 32 --samplers static,diffusion
 
 Batched decoding is exact by construction (each sequence its own row, positions, cache and random stream); what
@@ -59,7 +59,7 @@ def compare(model: Any, bench: Any, problems: list[Any], sampler: str, params: d
 
 def main(argv: list[str] | None = None) -> None:
     from recdiff import load_model
-    from recdiff.benchmarks import get_benchmark
+    from recdiff.benchmarks import checkpoint_task, get_benchmark
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--path", default=str(ASSET))
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     model = load_model(args.path)
-    bench = get_benchmark("arith", limit=args.n)
+    bench = get_benchmark(checkpoint_task(args.path), limit=args.n)
     problems = list(bench.problems())
     print(f"{'sampler':12s} {'agree':>9s} {'acc batched':>12s} {'acc alone':>10s}  disagreements (problem, position, margin)")
     for name in args.samplers.split(","):
