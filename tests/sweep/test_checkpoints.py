@@ -34,6 +34,28 @@ def test_byte_prompts_are_only_for_checkpoints_without_a_tokenizer():
 
 
 @requires_fixture
+def test_a_model_trained_on_other_compose_permutations_is_refused(tmp_path):
+    """A checkpoint carries the compose task it learned (compose.json); scoring it against other permutations would
+    record a meaningless accuracy as COMPLETE."""
+    import json
+
+    from recdiff.benchmarks import compose
+
+    model = tmp_path / "model"
+    shutil.copytree(FIXTURE, model, ignore=shutil.ignore_patterns("perturbed", "*tablets*", "generate*", "forward*"))
+    d = compose.definition()
+    d["permutations"]["a"], d["permutations"]["b"] = d["permutations"]["b"], d["permutations"]["a"]
+    (model / compose.DEFINITION_FILE).write_text(json.dumps(d))
+    args = ["model=fixture", f"model.path={model}", "benchmark=compose", "benchmark.limit=1", "run.max_new_tokens=2",
+            f"study.storage={tmp_path}/j.log", f"study.artifact_dir={tmp_path}/art", f"hydra.run.dir={tmp_path}/run"]
+    proc = run_sweep(args, check=False, timeout=120)
+    assert proc.returncode == 2 and not (tmp_path / "j.log").exists(), proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [
+        f"error: compose: the model at {model} was trained on other permutations than recdiff.benchmarks.compose "
+        f"defines ({model / compose.DEFINITION_FILE}); its answers cannot be scored here"]
+
+
+@requires_fixture
 @pytest.mark.parametrize("damage", ["truncated", "not safetensors"])
 def test_a_corrupt_weights_file_is_one_error_naming_it(tmp_path, damage):
     model = tmp_path / "model"

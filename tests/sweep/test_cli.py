@@ -180,7 +180,7 @@ def test_hydra_flags_work_next_to_overrides(args, expect):
 def test_paper_defaults():
     s = compose_cfg().sampler
     assert (s.name, s.epsilon, s.beta, s.eta, s.r_inner, s.wavefront) == ("diffusion", 0.03, 0.0, 0.1, 4, 128)
-    assert compose_cfg().model.name == "embedded" and compose_cfg().benchmark.name == "arith"
+    assert compose_cfg().model.name == "embedded" and compose_cfg().benchmark.name == "compose"
 
 
 @pytest.mark.parametrize("override, message", [

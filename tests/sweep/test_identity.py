@@ -103,8 +103,9 @@ def test_other_weights_under_the_same_path_are_refused(tmp_path):
 
 
 def test_a_study_is_named_after_the_model_it_runs():
-    assert compose_cfg().study.name == "embedded-arith"
-    assert compose_cfg(["model.path=/ckpts/raven-step-5000"]).study.name == "raven-step-5000-arith"
-    assert compose_cfg(["model=huginn_0125", "model.path=/data/mine/"]).study.name == "mine-arith"
-    assert compose_cfg(["model.path=/ckpts/x", "model.name=variant"]).study.name == "variant-arith"
+    assert compose_cfg().study.name == "embedded-compose"
+    assert compose_cfg(["model=embedded_arith", "benchmark=arith"]).study.name == "embedded_arith-arith"
+    assert compose_cfg(["model.path=/ckpts/raven-step-5000"]).study.name == "raven-step-5000-compose"
+    assert compose_cfg(["model=huginn_0125", "model.path=/data/mine/"]).study.name == "mine-compose"
+    assert compose_cfg(["model.path=/ckpts/x", "model.name=variant"]).study.name == "variant-compose"
     assert compose_cfg(["sweeps=table1", "model.path=/ckpts/x"]).study.name == "table1-x"
