@@ -125,7 +125,9 @@ class ByteCodec:
         return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
 
 
-def _encode(tokenizer: Any, text: str) -> list[int]:
+def encode_prompt(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of a prompt: the tokenizer's special tokens (BOS) unless the text starts with BOS already (a chat
+    template wrote it); UTF-8 bytes with :class:`ByteCodec`."""
     if isinstance(tokenizer, ByteCodec):
         return tokenizer.encode(text)
     bos = getattr(tokenizer, "bos_token", None)
@@ -278,7 +280,7 @@ def run_trial(work: Workload, cfg: DictConfig, output_dir: str | os.PathLike) ->
         **params,
     )
     prompts = [work.benchmark.render(p, tok) for p in work.problems]
-    prompt_ids = [_encode(codec, t) for t in prompts]
+    prompt_ids = [encode_prompt(codec, t) for t in prompts]
     # a model's context bounds the answer: run.max_new_tokens is an upper limit, not a demand
     limits = []
     for problem, ids in zip(work.problems, prompt_ids):
