@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("lm_eval", reason='lm-eval is not installed: pip install -e ".[lm-eval]"')
+
 from recdiff.benchmarks import get_benchmark
 from recdiff.benchmarks.arith import generate_split
 from recdiff.benchmarks.gsm8k import flexible_extract, is_match

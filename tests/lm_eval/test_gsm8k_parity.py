@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+pytest.importorskip("lm_eval", reason='lm-eval is not installed: pip install -e ".[lm-eval]"')
+
 from recdiff.benchmarks import get_benchmark
 from recdiff.benchmarks.gsm8k import SYSTEM_PROMPT
 
@@ -21,7 +23,7 @@ COMPLETIONS = [
     " 18*7=126 pages, The answer is 126, in a week 7",  # flexible takes the last number: 7; strict "126," -> 126
     " Each gets 9. The answer is 8.",                   # flexible 8, strict 8: both wrong
     " I do not know.",                                  # no number: [invalid] / None
-    " Wait... 50 miles",                                 # flexible "50", strict invalid
+    " Wait... 50 miles",                                # flexible "50", strict invalid
 ]
 
 

@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("lm_eval", reason='lm-eval is not installed: pip install -e ".[lm-eval]"')
 import torch
 
 import recdiff
