@@ -38,6 +38,11 @@ def ensure_installed() -> None:
                    capture_output=True, timeout=600)
 
 
+def memory_mb() -> int:
+    """This machine's memory (a node configured with more than it has would be drained)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -85,7 +90,7 @@ class Cluster:
             "ReturnToService=2", "KillWait=10", "MinJobAge=3600", "DefMemPerCPU=1024",
             "AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=localhost",
             f"AccountingStoragePort={self.dbd_port}", "JobAcctGatherType=jobacct_gather/none",
-            f"NodeName={self.host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory=4096 State=UNKNOWN",
+            f"NodeName={self.host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory={memory_mb() // 2} State=UNKNOWN",
             f"PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP",
             "",
         ]))
