@@ -57,8 +57,8 @@ def with_search_path(argv: list[str]) -> list[str]:
 
 
 def cli(argv: list[str] | None = None) -> int:
-    """Exit status: 0, 1 when the sweep recorded trials and completed none, 2 for bad input (one line), 130 when
-    interrupted."""
+    """Exit status: 0, 1 when the sweep recorded trials and completed none (or a SLURM job ended without a result), 2
+    for bad input (one line), 130 when interrupted (also a cancelled SLURM job)."""
     from recdiff.study import sweep_status
 
     argv = with_search_path(list(sys.argv[1:] if argv is None else argv))
@@ -70,11 +70,15 @@ def cli(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # composition errors, RecdiffError, unknown storage, ...
+    except Exception as exc:  # composition errors, RecdiffError, unknown storage, a SLURM job without result ...
         from recdiff.schema import describe_error
+        from recdiff.study.slurm import job_failure
 
         if os.environ.get("RECDIFF_TRACEBACK"):
             raise
+        if (failed := job_failure(exc)) is not None:
+            print(f"error: {failed[0]}", file=sys.stderr)
+            return failed[1]
         print(f"error: {describe_error(exc)}", file=sys.stderr)
         return 2
     if sweep_status.LAST is not None and sweep_status.LAST.nothing_completed:

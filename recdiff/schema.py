@@ -80,6 +80,16 @@ class Fault(str, Enum):
     invalid = "invalid"      # raise RecdiffError (an invalid combination) at the first sample
 
 
+# ------------------------------------------------------------------------------------------- benchmark
+
+
+def benchmark_label(benchmark: Any) -> str:
+    """What a study calls its benchmark: its name, or for ``benchmark=lm_eval`` the lm-eval task
+    (``embedded-gsm8k_cot``, not ``embedded-lm_eval`` for every task)."""
+    name, task = benchmark.get("name"), benchmark.get("task")
+    return str(task) if name == "lm_eval" and task else str(name)
+
+
 # ----------------------------------------------------------------------------------------------- model
 
 
@@ -246,6 +256,7 @@ def register() -> None:
     from omegaconf import OmegaConf
 
     OmegaConf.register_new_resolver("recdiff.model_name", model_name, replace=True)
+    OmegaConf.register_new_resolver("recdiff.benchmark_label", benchmark_label, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     cs.store(group="model", name="model_schema", node=ModelConfig)

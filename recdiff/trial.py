@@ -125,7 +125,9 @@ class ByteCodec:
         return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
 
 
-def _encode(tokenizer: Any, text: str) -> list[int]:
+def encode_prompt(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of a prompt: the tokenizer's special tokens (BOS) unless the text starts with BOS already (a chat
+    template wrote it); UTF-8 bytes with :class:`ByteCodec`."""
     if isinstance(tokenizer, ByteCodec):
         return tokenizer.encode(text)
     bos = getattr(tokenizer, "bos_token", None)
@@ -151,9 +153,9 @@ class Workload:
 
     @classmethod
     def from_config(cls, cfg: DictConfig,
-                    before_load: Callable[[Path, str], None] | None = None) -> "Workload":
+                    before_load: Callable[[Path, str, Any], None] | None = None) -> "Workload":
         """Benchmark slice first (cheap, validates options), then the checkpoint folder and its tokenizer, then
-        ``before_load(folder, dtype)`` (the sweep opens and checks its study there), then the model (cached per
+        ``before_load(folder, dtype, benchmark)`` (the sweep opens and checks its study there), then the model (cached per
         process)."""
         from recdiff.benchmarks import get_benchmark
         from recdiff.load import resolve_dtype
@@ -174,7 +176,7 @@ class Workload:
         device = resolve_device(str(cfg.model.device))
         dtype = str(resolve_dtype(cfg.model.dtype, torch.device(device))).removeprefix("torch.")
         if before_load is not None:
-            before_load(folder, dtype)
+            before_load(folder, dtype, bench)
         if cfg.run.threads:
             torch.set_num_threads(int(cfg.run.threads))
         model = load_model_cached(str(folder), device, cfg.model.dtype, bool(cfg.model.get("compile", False)))
@@ -279,7 +281,7 @@ def run_trial(work: Workload, cfg: DictConfig, output_dir: str | os.PathLike) ->
         **params,
     )
     prompts = [work.benchmark.render(p, tok) for p in work.problems]
-    prompt_ids = [_encode(codec, t) for t in prompts]
+    prompt_ids = [encode_prompt(codec, t) for t in prompts]
     # a model's context bounds the answer: run.max_new_tokens is an upper limit, not a demand
     limits = []
     for problem, ids in zip(work.problems, prompt_ids):
@@ -287,7 +289,7 @@ def run_trial(work: Workload, cfg: DictConfig, output_dir: str | os.PathLike) ->
         if room < 1:
             raise RecdiffError(f"problem {problem.id}: prompt of {len(ids)} tokens does not fit the model's "
                                f"block_size {work.model.config.block_size}")
-        limits.append(min(room, gen_kwargs["max_new_tokens"]))
+        limits.append(min(room, gen_kwargs["max_new_tokens"], work.benchmark.max_new_tokens(problem) or room))
     n_traces = int(cfg.run.n_traces) if name == "diffusion" else 0
     batch_size = int(cfg.run.batch_size or recdiff.default_batch_size(work.model.device))
     n_speed = min(int(cfg.run.speed_samples), len(prompt_ids))
@@ -381,7 +383,7 @@ def run_trial(work: Workload, cfg: DictConfig, output_dir: str | os.PathLike) ->
         time_per_sample_s=sum(times) / n_speed if n_speed else 0.0,
         samples_path=str(samples_path), trace_paths=trace_paths, output_dir=str(out),
     )
-    return TrialResult(accuracy=k / n if n else 0.0,
+    return TrialResult(accuracy=float(work.benchmark.accuracy(scores)),
                        tokens_per_s=median_tokens_per_s(speed_tokens, times),
                        attrs=attrs, rows=rows, stability_png=str(stability_png) if stability_png else None)
 

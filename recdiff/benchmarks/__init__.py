@@ -50,6 +50,7 @@ _LAZY: dict[str, str] = {
     "mbpp": "recdiff.benchmarks.mbpp:MBPP",
     "arith": "recdiff.benchmarks.arith:ArithBenchmark",
     "compose": "recdiff.benchmarks.compose:ComposeBenchmark",
+    "lm_eval": "recdiff.lm_eval.benchmark:LmEvalBenchmark",   # any lm-evaluation-harness task (extra "lm-eval")
 }
 
 
@@ -162,6 +163,20 @@ class Benchmark:
 
     def score_all(self, problems: list[Problem], completions: list[str]) -> list[Score]:
         raise NotImplementedError
+
+    def accuracy(self, scores: list[Score]) -> float:
+        """The trial's ``accuracy``: the share of correct answers (an lm-eval task: lm-eval's aggregate)."""
+        return sum(s.correct for s in scores) / len(scores) if scores else 0.0
+
+    def max_new_tokens(self, problem: Problem) -> int | None:
+        """The benchmark's own cap on a problem's answer (an lm-eval task's ``max_gen_toks``); None: only
+        ``run.max_new_tokens`` and the model's context bound it."""
+        return None
+
+    def identity(self) -> dict[str, Any]:
+        """Facts the measurement depends on that the benchmark's options do not state (an lm-eval task's version);
+        they join the options in the study's identity."""
+        return {}
 
     def _check_lengths(self, problems: list, completions: list) -> None:
         if len(problems) != len(completions):

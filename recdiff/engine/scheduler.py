@@ -16,6 +16,7 @@ No sequence's result depends on when it is admitted or next to whom.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -45,23 +46,32 @@ class SlotBatch(Protocol):
 
 
 def run_batched(batch: SlotBatch, requests: list[Request], progress: Callable[[int], None] | None = None) -> list[Any]:
+    """Every request's result, in the order of ``requests``. A result with a ``time_s`` attribute gets the seconds from
+    its admission to the step it finished in (each step ends with a read-back from the device, so that is a sync)."""
     waiting = deque(sorted(requests, key=lambda r: -len(r.prompt)))  # stable: equal lengths keep their order
     free = list(range(batch.slots))[::-1]
     busy: set[int] = set()
     results: list[Any] = [None] * len(requests)
     owner: dict[int, int] = {}
+    admitted: dict[int, float] = {}
     group = max(1, batch.slots // 4)
     while waiting or busy:
         if waiting and free and (not busy or len(free) >= min(group, len(waiting))):
             entries = []
+            now = time.perf_counter()
             while waiting and free:
                 slot, req = free.pop(), waiting.popleft()
                 owner[slot] = req.index
+                admitted[slot] = now
                 entries.append((slot, req))
                 busy.add(slot)
             batch.admit(entries)
-        for slot in batch.step():
-            results[owner.pop(slot)] = batch.finish(slot)
+        finished = batch.step()
+        done = time.perf_counter()
+        for slot in finished:
+            result = results[owner.pop(slot)] = batch.finish(slot)
+            if hasattr(result, "time_s"):
+                result.time_s = done - admitted.pop(slot)
             busy.discard(slot)
             free.append(slot)
             if progress is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
@@ -19,6 +19,9 @@ class GenerationResult:
     stats: dict[str, Any]
     trace: Any = None  # recdiff.trace.DiffusionTrace for the diffusion sampler with trace=True
     stopped_by: str = "length"  # "length" | "stop_token" | "stop_string" | "max_steps"
+    # seconds from the sequence's admission to its last step, set by the scheduler (in a batch the device is shared
+    # with the other sequences); not part of the result's identity: equal results may take different times
+    time_s: float | None = field(default=None, compare=False)
 
 
 # --------------------------------------------------------------------------------------------- parameters

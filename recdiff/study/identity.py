@@ -1,6 +1,7 @@
 """What a trial measures, apart from the sampler: its identity. Trials of different identities are never averaged.
 
-The identity is the benchmark with its slice (every option but ``workers``, which only sets how fast code is scored),
+The identity is the benchmark with its slice (every option but ``workers``, which only sets how fast code is scored;
+for an lm-eval task also the task's version),
 the model (path or hub id, a digest of its weights, the dtype it runs in, its tokenizer) and the generation settings
 ``run.max_new_tokens``, ``run.temperature`` and ``run.top_p``. Every trial records it (user attribute ``identity``).
 
@@ -31,10 +32,13 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _DIGESTS: dict[tuple[str, int, int], str] = {}            # (file, size, mtime) → sha256, once per process
 
 
-def identity_from_config(config: Mapping[str, Any], weights: str | None = None,
-                         dtype: str | None = None) -> dict[str, Any]:
-    """The identity of a resolved config (``user_attrs["config"]`` of a trial). Unknown parts are left out."""
+def identity_from_config(config: Mapping[str, Any], weights: str | None = None, dtype: str | None = None,
+                         benchmark: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The identity of a resolved config (``user_attrs["config"]`` of a trial). Unknown parts are left out.
+    ``benchmark``: facts of the benchmark its options do not state (``Benchmark.identity()``: an lm-eval task's
+    version)."""
     bench = {k: v for k, v in (config.get("benchmark") or {}).items() if k not in BENCHMARK_OPERATIONAL}
+    bench.update(benchmark or {})
     m = config.get("model") or {}
     model = {"path": m.get("path")}
     if weights is not None:
@@ -86,8 +90,14 @@ def key(identity: Mapping[str, Any]) -> str:
 
 def conflict(theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
     """The differences that keep two identities out of one study (all of them within one benchmark)."""
-    same_benchmark = (theirs.get("benchmark") or {}).get("name") == (ours.get("benchmark") or {}).get("name")
+    same_benchmark = _benchmark(theirs) == _benchmark(ours)
     return [d for d in differences(theirs, ours) if same_benchmark or d[0].startswith(STUDY_WIDE)]
+
+
+def _benchmark(identity: Mapping[str, Any]) -> tuple[Any, Any]:
+    """Which benchmark an identity measures: its name, and for ``lm_eval`` the task."""
+    b = identity.get("benchmark") or {}
+    return b.get("name"), b.get("task")
 
 
 def check_identity(study: optuna.Study, identity: Mapping[str, Any]) -> None:

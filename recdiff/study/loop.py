@@ -240,9 +240,10 @@ def run_job(cfg: DictConfig) -> tuple[float, float] | None:
     check_writable_outputs(cfg, job_dir, top_dir)
     opened: dict[str, Any] = {}
 
-    def open_checked(folder: Path, dtype: str) -> None:
+    def open_checked(folder: Path, dtype: str, bench: Any) -> None:
         """Called by the workload once the benchmark slice and the checkpoint are known, before the model loads."""
-        identity = identity_from_config(config_dict(cfg), weights=weights_digest(weight_files(folder)), dtype=dtype)
+        identity = identity_from_config(config_dict(cfg), weights=weights_digest(weight_files(folder)), dtype=dtype,
+                                        benchmark=bench.identity())
         storage = open_storage(str(s.storage), int(s.heartbeat_interval), int(s.grace_period), int(s.max_retry))
         sampler = make_sampler(s, int(cfg.worker)) if mode == "search" else None
         study = open_study(s, storage, sampler)

@@ -1,11 +1,15 @@
 """The scheduler on its own (a recording slot batch, no model): results come back in prompt order whatever the order
-of admission, slots are reused, and waiting prompts enter longest first so that a prefill pads little."""
+of admission, slots are reused, waiting prompts enter longest first so that a prefill pads little, and each result
+holds the time from its admission to its last step."""
 
 from __future__ import annotations
+
+import time
 
 import torch
 
 from recdiff.engine.scheduler import Request, run_batched
+from recdiff.samplers.base import GenerationResult
 
 
 class Recorder:
@@ -44,3 +48,27 @@ def test_results_in_prompt_order_and_longest_admitted_first():
     order = [n for group in batch.admitted for n in group]
     assert order == sorted(lengths, reverse=True)
     assert batch.admitted[0] == [9, 8, 7, 7]  # the first prefill: the four longest, padded to 9, not to 3-9 mixed
+
+
+class Timed(Recorder):
+    """As :class:`Recorder`, each step taking ``dt`` seconds and each result a :class:`GenerationResult`."""
+
+    dt = 0.02
+
+    def step(self) -> list[int]:
+        time.sleep(self.dt)
+        return super().step()
+
+    def finish(self, slot: int) -> GenerationResult:
+        return GenerationResult(tokens=super().finish(slot), stats={})
+
+
+def test_each_result_times_its_own_stay_in_the_batch():
+    # one slot: each sequence runs alone for as many steps as its prompt has tokens; two slots: the short sequence
+    # leaves after 2 steps while the long one stays for 6
+    for slots in (1, 2):
+        requests = [Request(i, [i] * n, 4, torch.Generator()) for i, n in enumerate([2, 6])]
+        results = run_batched(Timed(slots), requests)
+        for res, steps in zip(results, (2, 6)):
+            assert steps * Timed.dt <= res.time_s < steps * Timed.dt + 0.5
+    assert GenerationResult([1], {}, time_s=1.0) == GenerationResult([1], {}, time_s=2.0)  # timing is no identity
