@@ -222,7 +222,7 @@ def _fmt(x: float | None, width: int, prec: int = 1) -> str:
 # ------------------------------------------------------------------------------------------------ main
 def bench_model(name: str, folder: Path, args: argparse.Namespace) -> bool:
     """Benchmark one checkpoint folder; True when every compared sequence agreed."""
-    torch._dynamo.reset()  # compiled graphs and recompile counts are per process: each model starts afresh
+    torch.compiler.reset()  # compiled graphs and recompile counts are per process: each model starts afresh
     model = load_model(folder, device="cpu", dtype="float32")
     prompts = bench_prompts(model.config.vocab_size, args.prompts, args.prompt_len)
     authors = AuthorsProcess(args.python, args.authors, folder, args.threads)
