@@ -1,19 +1,47 @@
-"""A torch too old for a feature (or one whose private modules moved) fails in one line naming the feature, the
-torch found and the torch needed, before any compute, never with a traceback from inside torch. Simulated here on
-the installed torch: an older version string, a private module that is missing, an inductor option it lacks."""
+"""What recdiff needs of the environment it is installed in.
+
+pyproject.toml declares ranges and constraints.txt pins CI's set inside them. A torch too old for a feature (or one
+whose private modules moved) fails in one line naming the feature, the torch found and the torch needed, before any
+compute, never with a traceback from inside torch: simulated here on the installed torch with an older version
+string, a private module that is missing and an inductor option it lacks."""
 
 from __future__ import annotations
 
 import sys
+import tomllib
 
 import pytest
 import torch
+from packaging.requirements import Requirement
 
 from recdiff import RecdiffError, generate, load_model
 from recdiff import compat
 from recdiff.engine import program
 from recdiff.engine.runner import set_compile
-from tests.conftest import need_fixtures
+from tests.conftest import REPO, need_fixtures
+
+
+def requirements() -> list[Requirement]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return [Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["dev"]]
+
+
+def test_pyproject_declares_ranges_and_constraints_pin_every_one_inside_them():
+    pins = {}
+    for line in (REPO / "constraints.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, version = line.split("==")
+            pins[name.lower().replace("_", "-")] = version
+    for req in requirements():
+        assert not any(s.operator == "==" for s in req.specifier), f"{req}: a range, not a pin"
+        name = req.name.lower().replace("_", "-")
+        assert name in pins, f"constraints.txt does not pin {req.name}"
+        assert req.specifier.contains(pins[name]), f"constraints.txt: {name}=={pins[name]} is outside {req}"
+    torch_req = next(r for r in requirements() if r.name == "torch")
+    floor = next(s.version for s in torch_req.specifier if s.operator == ">=")
+    assert compat.version_tuple(floor) == compat.MIN_TORCH  # the floor recdiff checks is the one pip checks
+    assert torch_req.specifier.contains("2.11.0+cu130")  # the GPU machine's CUDA build is kept, not replaced
 
 
 @pytest.fixture(autouse=True)
