@@ -33,6 +33,7 @@ r' = 4.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -49,7 +50,20 @@ from recdiff.model import RecurrentDepthModel
 from recdiff.timing import Timer
 
 EMBEDDED = Path(__file__).parent / "assets" / "embedded"
-FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "raven_tiny"
+
+
+def _shared() -> Path:
+    """The shared folder, found as the tests find it: ``RECDIFF_SHARED``; else ``../shared`` beside the checkout;
+    else ``shared/`` inside it (a git-ignored copy, as on the GPU machine)."""
+    repo = Path(__file__).resolve().parents[1]
+    if "RECDIFF_SHARED" in os.environ:
+        return Path(os.environ["RECDIFF_SHARED"])
+    if not (repo.parent / "shared" / "fixtures").is_dir() and (repo / "shared" / "fixtures").is_dir():
+        return repo / "shared"
+    return repo.parent / "shared"
+
+
+FIXTURE = _shared() / "fixtures" / "raven_tiny"
 
 SHAPES = {
     "random-small": dict(n_embd=256, n_heads=8, n_layers_in_prelude=2, n_layers_in_recurrent_block=4, n_layers_in_coda=2,
