@@ -377,9 +377,10 @@ class DiffusionBatch:
             self._step(live)
         return [b for b, q in enumerate(self.req) if q is not None and q.data["done"]]
 
-    def _noise(self, shape_rows: list[int], live: list[int]) -> Tensor:
-        """Initial states for ``shape_rows[b]`` rows of each live slot, from its own stream (zeros at α = 0)."""
-        out = torch.zeros((self.slots, max(shape_rows + [1]), self.E), device=self.dev, dtype=self.z.dtype)
+    def _noise(self, shape_rows: list[int], live: list[int], width: int = 1) -> Tensor:
+        """Initial states for ``shape_rows[b]`` rows of each live slot, from its own stream (zeros at α = 0), in
+        ``(slots, rows, E)`` with at least ``width`` rows (zeros past a slot's own)."""
+        out = torch.zeros((self.slots, max(shape_rows + [width]), self.E), device=self.dev, dtype=self.z.dtype)
         if self.alpha > 0:
             for b in live:
                 n = shape_rows[b]
@@ -398,7 +399,8 @@ class DiffusionBatch:
                 fresh = self._noise([1 if b in redo else 0 for b in range(self.slots)], redo)
                 for b in redo:
                     self.z[b, 0] = self.prev_z[b, 0] = fresh[b, 0]
-        mix = [self._noise(Wh, live)[:, :T]] if self.rule.beta > 0 and self.alpha > 0 else []
+        # noise for β over the step's T rows (under CUDA graphs T is a power of two above the widest wavefront)
+        mix = [self._noise(Wh, live, T)[:, :T]] if self.rule.beta > 0 and self.alpha > 0 else []
         if self.h > 1:
             for b in live:
                 if hh[b] > 1:
