@@ -317,8 +317,22 @@ class Runner:
         key = (name, *(tuple(t.shape) for t in inputs))
         g = self._graphs.get(key)
         if g is None:
-            g = self._graphs[key] = self._graph_cls(fn, inputs)
+            g = self._graphs[key] = self._graph_cls(self._own_calls(fn), inputs)
         return g(*inputs)
+
+    def _own_calls(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` building its calls' freqs and masks itself (:func:`_call`'s memo emptied around it): a graph's
+        input buffers are the same tensors at every replay with other positions in them, so a memo made before the
+        capture would be baked into the graph (and, emulated, served stale at every replay)."""
+
+        def own(*args: Tensor) -> Any:
+            self._call_memo = None
+            try:
+                return fn(*args)
+            finally:
+                self._call_memo = None
+
+        return own
 
 
 class _Graphed:

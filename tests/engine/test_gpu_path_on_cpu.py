@@ -53,3 +53,15 @@ def test_graph_replay_with_state_noise_on_cpu(load_fixture_model):
     want = [generate(eager, p, "diffusion", max_new_tokens=10, stop_token_ids=[], **params).tokens for p in ps]
     got = generate(graphed, ps, "diffusion", max_new_tokens=10, stop_token_ids=[], batch_size=3, **params)
     assert [r.tokens for r in got] == want
+
+
+def test_graph_replay_alone_gives_the_eager_tokens(fixture_dir, load_fixture_model):
+    """Every prompt alone through the replayed graphs (a decode loop replays one graph over and over, its input
+    buffers the same tensors with the next positions in them): the eager tokens, for every sampler."""
+    eager = load_fixture_model(fixture_dir)
+    graphed = load_model(fixture_dir)
+    graphed.engine_options["emulate_graphs"] = True
+    for sampler, params in CONFIGS:
+        for p in prompts(fixture_dir):
+            kw = dict(max_new_tokens=10, stop_token_ids=[], **params)
+            assert generate(graphed, p, sampler, **kw).tokens == generate(eager, p, sampler, **kw).tokens, sampler
