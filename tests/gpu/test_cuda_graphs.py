@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from recdiff import generate, load_model, warm_up
+from recdiff import generate, warm_up
 from recdiff.engine import runner
 from tests.conftest import RAVEN_TINY, need_fixtures
 from tests.engine.test_batching import CONFIGS
 from tests.engine.test_compile import CONFIGS as ONE_PER_SAMPLER
 from tests.engine.test_compile import prompts
-from tests.gpu.common import check_same, needs_cuda
+from tests.gpu.common import EMULATE, check_same, load, needs_cuda
 
 pytestmark = needs_cuda
 
@@ -31,15 +31,16 @@ def test_graphs_give_the_eager_tokens_and_stats(fixture_dir, models, sampler, pa
 
 @pytest.fixture()
 def captures(monkeypatch):
-    """Counts CUDA-graph captures (every ``runner._Graphed`` made)."""
+    """Counts CUDA-graph captures (every ``runner._Graphed`` made; emulated: every ``runner._EmulatedGraph``)."""
     count = [0]
-    init = runner._Graphed.__init__
+    cls = runner._EmulatedGraph if EMULATE else runner._Graphed
+    init = cls.__init__
 
     def counted(self, *args, **kwargs):
         count[0] += 1
         init(self, *args, **kwargs)
 
-    monkeypatch.setattr(runner._Graphed, "__init__", counted)
+    monkeypatch.setattr(cls, "__init__", counted)
     return count
 
 
@@ -48,7 +49,7 @@ def test_no_graph_is_captured_after_warm_up_across_50_prompt_lengths(captures, s
     """``recdiff.warm_up`` (the shortest and the longest prompt, alone and through every kind of admission), then 50
     prompts of 3 to 19 tokens alone and in batches of 4: every shape they meet was captured in the warm-up (widths
     and key counts are rounded up to powers of two)."""
-    model = load_model(need_fixtures(), device="cuda", dtype="float32", compile=True)
+    model = load(need_fixtures(), compile=True)  # a model of its own: every graph it has, it captured here
     ps = prompts(RAVEN_TINY, 50)
     assert len({len(p) for p in ps}) >= 15
     kw = dict(max_new_tokens=10, stop_token_ids=[], **params)

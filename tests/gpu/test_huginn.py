@@ -15,9 +15,9 @@ from recdiff.bench import SHAPES
 from recdiff.config import RecurrentConfig
 from recdiff.model import RecurrentDepthModel
 from tests.engine.test_memory import meta_huginn, predicted_bytes
-from tests.gpu.common import needs_cuda
+from tests.gpu.common import EMULATE, needs_cuda
 
-pytestmark = needs_cuda
+pytestmark = [needs_cuda, pytest.mark.skipif(EMULATE, reason="Huginn-0125's shapes need a GPU (RECDIFF_EMULATE_GPU=1)")]
 
 GB = 1e9
 NEW = 8  # new tokens per prompt: each sampler's every kind of step, and a few of them
