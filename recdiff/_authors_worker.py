@@ -9,11 +9,12 @@ of their own, so the checkout's ``recpre/__init__.py`` (training dependencies) i
 Protocol: one JSON object per line on stdin, one JSON object per line back on stdout (whatever the reference or
 transformers print goes to stderr):
 
-- ``{"op": "load", "authors": DIR, "model": FOLDER, "threads": 1}`` → versions, blob ids of the two files,
-  parameter count, ``from_pretrained``'s loading info;
+- ``{"op": "load", "authors": DIR, "model": FOLDER, "threads": 1, "device": "cpu", "dtype": "float32"}`` →
+  versions, blob ids of the two files, parameter count, ``from_pretrained``'s loading info (``device``: ``cpu`` or
+  ``cuda``, where the model and the prompts live; each call is then timed between two device synchronisations);
 - ``{"op": "run", "sampler": "generate_minimal", "kwargs": {...}, "prompts": [[ids], ...],
   "max_new_tokens": 32, "warmup": 1}`` → per prompt: seconds and new tokens (the warm-up calls, on the first
-  ``warmup`` prompts, are not timed); ``torch.manual_seed(0)`` before every call, greedy, fp32, no stop tokens;
+  ``warmup`` prompts, are not timed); ``torch.manual_seed(0)`` before every call, greedy, no stop tokens;
 - ``{"op": "quit"}``.
 
 A failing request answers ``{"ok": false, "error": "Type: message"}`` and the worker goes on.
@@ -57,6 +58,7 @@ class Worker:
     def __init__(self) -> None:
         self.model = None
         self.torch = None
+        self.device = None
         self.GenerationConfig = None
 
     def load(self, msg: dict) -> dict:
@@ -80,7 +82,8 @@ class Worker:
         folder = msg["model"]
         config = cfg_mod.RavenConfig.from_pretrained(folder)
         model, info = mod.RavenForCausalLM.from_pretrained(folder, config=config, output_loading_info=True)
-        model = model.to(torch.float32).eval()
+        self.device = torch.device(msg.get("device", "cpu"))
+        model = model.to(device=self.device, dtype=getattr(torch, msg.get("dtype", "float32"))).eval()
         self.model, self.torch = model, torch
         self.GenerationConfig = transformers.GenerationConfig
         blobs = {name: blob_id(recpre / name) for name in EXPECTED_BLOBS}
@@ -94,18 +97,25 @@ class Worker:
             "blobs_match_59e0b69": blobs == EXPECTED_BLOBS,
             "params": sum(p.numel() for p in model.parameters()),
             "dtype": str(next(model.parameters()).dtype),
+            "device": torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu",
             "threads": torch.get_num_threads(),
             "loading_info": {k: sorted(map(str, v)) for k, v in info.items()},
         }
 
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize(self.device)
+
     def _call(self, sampler: str, prompt: list[int], kwargs: dict, max_new: int):
         torch = self.torch
         gen_cfg = self.GenerationConfig(do_sample=False, return_dict_in_generate=True)
-        ids = torch.tensor([prompt], dtype=torch.long)
+        ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
         torch.manual_seed(0)
+        self._sync()
         t0 = time.perf_counter()
         with torch.no_grad():
             out = getattr(self.model, sampler)(ids, gen_cfg, max_new_tokens=max_new, **kwargs)
+        self._sync()
         seconds = time.perf_counter() - t0
         seq = out.sequences if hasattr(out, "sequences") else out
         new = seq[0, len(prompt):].tolist()

@@ -20,13 +20,23 @@ position through one recurrence: wall time over the results' ``tokens_forward``)
 recurrence alone at 1 to 256 rows (:func:`product_floor`): how far a mode is from what this machine's matrix
 kernels allow (streaming the weights at batch 1, multiplying them for a wide wavefront or a batch), and so how much
 any implementation of the same arithmetic could still gain.
+
+On a GPU (``--bound``, on by default with ``--device cuda``) it also prints how close each sampler and mode comes
+to the memory-bandwidth bound: the bytes its model calls must read from device memory (:func:`read_bytes`,
+:func:`result_bytes`: the weights once per call — P and C once, R once per recurrence, the head's full matrix —
+plus the K/V of every attended position in every attention layer pass) over the copy bandwidth measured in the
+same run (:func:`copy_bandwidth`). ``% bound`` is that bound's share reached: bytes that had to be read per second
+÷ the copy bandwidth. Huginn-0125 in bf16 reads ~109 GB per static r=32 token and ~17 GB per diffusion step at
+r' = 4.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +50,20 @@ from recdiff.model import RecurrentDepthModel
 from recdiff.timing import Timer
 
 EMBEDDED = Path(__file__).parent / "assets" / "embedded"
-FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "raven_tiny"
+
+
+def _shared() -> Path:
+    """The shared folder, found as the tests find it: ``RECDIFF_SHARED``; else ``../shared`` beside the checkout;
+    else ``shared/`` inside it (a git-ignored copy, as on the GPU machine)."""
+    repo = Path(__file__).resolve().parents[1]
+    if "RECDIFF_SHARED" in os.environ:
+        return Path(os.environ["RECDIFF_SHARED"])
+    if not (repo.parent / "shared" / "fixtures").is_dir() and (repo / "shared" / "fixtures").is_dir():
+        return repo / "shared"
+    return repo.parent / "shared"
+
+
+FIXTURE = _shared() / "fixtures" / "raven_tiny"
 
 SHAPES = {
     "random-small": dict(n_embd=256, n_heads=8, n_layers_in_prelude=2, n_layers_in_recurrent_block=4, n_layers_in_coda=2,
@@ -59,6 +82,7 @@ SAMPLERS: list[tuple[str, str, dict[str, Any]]] = [
     ("diffusion fixed r'=4", "diffusion", {"r": 32, "r_inner": 4, "freeze": "fixed", "eta": 0.1, "wavefront": 128}),
 ]
 MODES = ("batch-1 eager", "batch-1 compiled", "batch-B compiled")
+GPU_MODES = ("batch-1 compiled", "batch-B compiled")  # the default modes on a GPU (eager: --modes)
 
 
 def build(name: str, device: str, dtype: str | None) -> RecurrentDepthModel:
@@ -78,8 +102,88 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+# ---------------------------------------------------------------------------------------------- bandwidth bound
+@dataclass(frozen=True)
+class ReadBytes:
+    """What one model call must read from device memory, in bytes: the weights of P (``prelude``), of one
+    recurrence of R (``core``: the adapter and the core blocks) and of C (``coda``: the coda blocks, ``ln_f`` and the
+    head's whole matrix, tied or not); ``kv``: the K and V of one position in one attention layer; ``layers``: the
+    attention layers of P, R (per recurrence) and C. Embedding rows (one per position) are left out: < 1e-5 of it."""
+
+    prelude: int
+    core: int
+    coda: int
+    kv: int
+    layers: tuple[int, int, int]
+
+    def call(self, recurrences: int, keys: float = 0.0) -> float:
+        """One model call (P, ``recurrences`` × R, C) whose attention reads ``keys`` positions per layer pass."""
+        passes = self.layers[0] + self.layers[2] + recurrences * self.layers[1]
+        return self.prelude + self.coda + recurrences * self.core + passes * keys * self.kv
+
+
+def read_bytes(model: RecurrentDepthModel) -> ReadBytes:
+    """The model's :class:`ReadBytes`, from its parameters' sizes and dtype (a meta-device model works too)."""
+    t, cfg = model.transformer, model.config
+    item = next(model.parameters()).element_size()
+
+    def size(*modules: torch.nn.Module) -> int:
+        return sum(p.numel() for m in modules for p in m.parameters()) * item
+
+    return ReadBytes(prelude=size(t.prelude), core=size(t.adapter, t.core_block),
+                     coda=size(t.coda, t.ln_f) + model.lm_head.weight.numel() * item,
+                     kv=2 * cfg.num_key_value_heads * cfg.head_dim * item,
+                     layers=(cfg.n_layers_in_prelude, cfg.n_layers_in_recurrent_block, cfg.n_layers_in_coda))
+
+
+def model_calls(sampler: str, stats: dict, params: dict) -> int:
+    """Model calls (P … C passes) of one sequence, prefill included, from its result's stats: static and adaptive
+    AR one per token (the prefill gives the first), diffusion one per step after the prefill, speculative decoding
+    ``lookahead`` drafts and one verification per round after the prefill."""
+    if sampler == "diffusion":
+        return 1 + stats["steps"]
+    if sampler == "speculative":
+        return 1 + stats["rounds"] * (params.get("lookahead", 4) + 1)
+    return stats["steps"]
+
+
+def result_bytes(rb: ReadBytes, results: list[Any], prompt_lens: list[int], sampler: str, params: dict,
+                 batch: int = 1) -> float:
+    """Bytes the work of ``results`` must read, decoded ``batch`` at a time: the weights of each sequence's model
+    calls (:func:`model_calls`) and recurrences (its ``core_passes``), shared by the ``batch`` sequences of a call
+    (so at least 1/``batch`` of them per sequence), plus each sequence's own K/V, counted at the mean positions a
+    call attends to (the prompt and half the new tokens: the wavefront ahead of them is left out). A lower bound of
+    what is read, so the bound it gives is never flattering."""
+    weights = kv = 0.0
+    for res, n_prompt in zip(results, prompt_lens):
+        s, calls = res.stats, model_calls(sampler, res.stats, params)
+        weights += calls * (rb.prelude + rb.coda) + s["core_passes"] * rb.core
+        keys = n_prompt + len(res.tokens) / 2
+        kv += (calls * (rb.layers[0] + rb.layers[2]) + s["core_passes"] * rb.layers[1]) * keys * rb.kv
+    return weights / batch + kv
+
+
+def copy_bandwidth(device: torch.device, nbytes: int = 2 << 30, repeats: int = 10) -> float:
+    """Bytes per second of a device-to-device copy of ``nbytes``, counting the bytes read and the bytes written
+    (2·``nbytes`` per copy, as STREAM's copy does): the best of ``repeats`` after one untimed copy."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    best = float("inf")
+    for _ in range(repeats):
+        with Timer(device) as t:
+            dst.copy_(src)
+        best = min(best, t.seconds)
+    del src, dst
+    return 2 * nbytes / best
+
+
 def run(model: RecurrentDepthModel, prompts: list[list[int]], sampler: str, params: dict, max_new: int, mode: str,
-        batch: int, warmup: int) -> dict:
+        batch: int, warmup: int, bound: tuple[ReadBytes, float] | None = None) -> dict:
+    """One sampler in one mode: tokens/s, passes per token, capped runs, µs per core row·recurrence; with ``bound``
+    (the model's :class:`ReadBytes`, the copy bandwidth in bytes/s) also ``frac`` (share of the bandwidth bound
+    reached; batch-1: the median prompt's), ``gb_call`` (GB a model call must read, on average) and ``calls_s``
+    (model calls per second); batch-B counts a call of B sequences as one (:func:`result_bytes`)."""
     device = model.device
     set_compile(model, mode != "batch-1 eager")
     kw = dict(max_new_tokens=max_new, stop_token_ids=[], **params)
@@ -91,14 +195,21 @@ def run(model: RecurrentDepthModel, prompts: list[list[int]], sampler: str, para
         _sync(device)
         wall = time.perf_counter() - t0
         n = sum(len(r.tokens) for r in res)
-        return {"tok_s": n / wall, "passes": sum(r.stats["core_passes"] for r in res) / n,
-                "capped": sum(bool(r.stats.get("max_steps_reached")) for r in res),
-                "us_row": wall / sum(r.stats["tokens_forward"] for r in res) * 1e6}
+        out = {"tok_s": n / wall, "passes": sum(r.stats["core_passes"] for r in res) / n,
+               "capped": sum(bool(r.stats.get("max_steps_reached")) for r in res),
+               "us_row": wall / sum(r.stats["tokens_forward"] for r in res) * 1e6}
+        if bound:
+            rb, bw = bound
+            need = result_bytes(rb, res, [len(p) for p in prompts], sampler, params, batch)
+            calls = sum(model_calls(sampler, r.stats, params) for r in res) / batch  # batched calls, at least
+            out.update(frac=need / wall / bw, gb_call=need / calls / 1e9, calls_s=calls / wall)
+        return out
     # compiled: every prompt once first, so no shape the timed run meets compiles inside it (warm-up is paid once
     # per process, as in a sweep); eager: a few prompts (allocator, caches)
     for p in prompts if mode != "batch-1 eager" else prompts[:warmup]:
         generate(model, p, sampler, **kw)
     rates, passes, capped, wall, row_recs = [], [], 0, 0.0, 0
+    fracs, need, calls = [], 0.0, 0
     for p in prompts:
         with Timer(device) as t:
             res = generate(model, p, sampler, **kw)
@@ -107,8 +218,15 @@ def run(model: RecurrentDepthModel, prompts: list[list[int]], sampler: str, para
         passes.append(res.stats["core_passes"] / n)
         capped += bool(res.stats.get("max_steps_reached"))
         wall, row_recs = wall + t.seconds, row_recs + res.stats["tokens_forward"]
-    return {"tok_s": statistics.median(rates), "passes": statistics.mean(passes), "capped": capped,
-            "us_row": wall / row_recs * 1e6}
+        if bound:
+            b = result_bytes(bound[0], [res], [len(p)], sampler, params)
+            fracs.append(b / t.seconds / bound[1])
+            need, calls = need + b, calls + model_calls(sampler, res.stats, params)
+    out = {"tok_s": statistics.median(rates), "passes": statistics.mean(passes), "capped": capped,
+           "us_row": wall / row_recs * 1e6}
+    if bound:  # the median prompt's share of its bound, as tokens/s is the median prompt's rate
+        out.update(frac=statistics.median(fracs), gb_call=need / calls / 1e9, calls_s=calls / wall)
+    return out
 
 
 FLOOR_ROWS = (1, 8, 32, 256)
@@ -170,20 +288,37 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1, help="CPU threads (tiny models run fastest on one)")
     ap.add_argument("--samplers", default=None, help="comma list of row labels to run (default: all)")
-    ap.add_argument("--modes", default=",".join(MODES), help="comma list of: " + ", ".join(MODES))
+    ap.add_argument("--modes", default=None,
+                    help="comma list of: " + ", ".join(MODES) + " (default: all; on a GPU: " + ", ".join(GPU_MODES) + ")")
+    ap.add_argument("--batch-prompts", type=int, default=None, help="prompts of the batch-B mode (default: 2·B)")
+    ap.add_argument("--bound", action=argparse.BooleanOptionalAction, default=None,
+                    help="measure the copy bandwidth and print each mode's share of the bandwidth bound (default: on "
+                         "a GPU)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    dev = torch.device(args.device)
     rows = [s for s in SAMPLERS if args.samplers is None or s[0] in args.samplers.split(",")]
-    modes = [m for m in MODES if m in args.modes.split(",")]
+    modes = [m for m in MODES if m in (args.modes.split(",") if args.modes else GPU_MODES if dev.type == "cuda" else MODES)]
+    with_bound = dev.type == "cuda" if args.bound is None else args.bound
     for name in args.models.split(","):
         model = build(name, args.device, args.dtype)
         prompts = bench_prompts(model, args.prompts, args.prompt_len)
-        many = bench_prompts(model, 2 * args.batch, args.prompt_len) if "batch-B compiled" in modes else prompts
-        dev = torch.device(args.device)
+        many = (bench_prompts(model, args.batch_prompts or 2 * args.batch, args.prompt_len)
+                if "batch-B compiled" in modes else prompts)
         where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU, {args.threads} thread(s)"
         print(f"\n## {name}: {model.num_parameters() / 1e6:.2f}M parameters, {where}, {next(model.parameters()).dtype}, "
               f"{args.max_new_tokens} new tokens; batch-1: median of {len(prompts)} prompts; batch-B: B={args.batch}, "
               f"{len(many)} prompts")
+        bound = None
+        if with_bound:
+            rb, copy_bytes = read_bytes(model), (2 << 30) if dev.type == "cuda" else (256 << 20)
+            bw = copy_bandwidth(dev, copy_bytes)
+            bound = (rb, bw)
+            print(f"bandwidth: a {dev.type} copy of {copy_bytes / 2**30:g} GiB moves {bw / 1e9:.0f} GB/s (bytes read "
+                  f"+ written, best of 10); a model call reads P+C {(rb.prelude + rb.coda) / 1e9:.3f} GB, one recurrence "
+                  f"{rb.core / 1e9:.3f} GB, K/V {rb.kv / 1e3:.2f} kB per position and attention layer "
+                  f"(static r=32: {rb.call(32) / 1e9:.2f} GB per token, r'=4: {rb.call(4) / 1e9:.2f} GB per step, "
+                  f"without K/V)")
         head = f"{'sampler':24s}" + "".join(f" {m + ' t/s':>22s}" for m in modes) + f" {'passes/token':>13s} {'capped':>7s}"
         print(head)
         results: dict[str, dict[str, dict]] = {}
@@ -191,10 +326,20 @@ def main(argv: list[str] | None = None) -> None:
             res = results[label] = {}
             for mode in modes:
                 res[mode] = run(model, many if mode == "batch-B compiled" else prompts, sampler, params,
-                                args.max_new_tokens, mode, args.batch, args.warmup)
+                                args.max_new_tokens, mode, args.batch, args.warmup, bound)
             first = res[modes[0]]
             print(f"{label:24s}" + "".join(f" {res[m]['tok_s']:22.1f}" for m in modes)
                   + f" {first['passes']:13.2f} {first['capped']:7d}", flush=True)
+        if bound:
+            print(f"bandwidth bound (bytes the model calls must read: weights, plus K/V; over the copy bandwidth "
+                  f"above); a call is a token of static and adaptive AR, a diffusion step, a speculative draft or "
+                  f"verification; batch-B: a call of B sequences, the weights read once for them; batch-1 % bound: "
+                  f"the median prompt's)")
+            print(f"{'sampler':24s}" + "".join(f" {m + ': GB/call':>28s} {'calls/s':>9s} {'% bound':>8s}" for m in modes))
+            for label in results:
+                print(f"{label:24s}" + "".join(
+                    f" {results[label][m]['gb_call']:28.4g} {results[label][m]['calls_s']:9.1f} "
+                    f"{100 * results[label][m]['frac']:7.1f}%" for m in modes))
         floors = "  ".join(f"{r} row{'s' * (r > 1)}: {product_floor(model, r) * 1e6:.2f}" for r in FLOOR_ROWS)
         print(f"cost per core row·recurrence, µs (wall time / the results' tokens_forward, prefill included; P, C and "
               f"the sampler's own work are in it too):")

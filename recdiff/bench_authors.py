@@ -1,7 +1,7 @@
 """recdiff against the authors' reference implementation: tokens/s side by side in one run, and the ratios.
 
     python -m recdiff.bench_authors --authors DIR --python PY [--models fixture,random-small] [--threads 1]
-                                    [--max-new-tokens 32] [--prompts 5]
+                                    [--max-new-tokens 32] [--prompts 5] [--device cuda] [--python-path DIR]
 
 DIR is a checkout of github.com/seal-rg/recurrent-pretraining (commit 59e0b69; only
 ``recpre/raven_modeling_minimal.py`` and ``recpre/raven_config_minimal.py`` are used, ``recpre/__init__.py`` is
@@ -13,7 +13,8 @@ the fixture (``shared/fixtures/raven_tiny``), and ``random-small`` — ``recdiff
 persistent ``freqs_cis`` table and no ``lm_head.weight``, as the reference's ``save_pretrained`` writes them).
 
 For each model and sampler, interleaved (the authors' run, then recdiff's eager and compiled runs of the same
-sampler, so load on the machine affects both alike): batch 1, greedy, float32, CPU, the same prompt ids (random,
+sampler, so load on the machine affects both alike): batch 1, greedy, float32 (``--dtype``), on the CPU or, with
+``--device cuda``, on the GPU, the same prompt ids (random,
 ``torch.Generator().manual_seed(0)``, as ``recdiff.bench``), ``max_new_tokens`` new tokens with no stop token,
 ``init_scale=0`` (α = 0: a zero initial state, so both sides compute the same thing), ``torch.manual_seed(0)``
 before every reference call. Each side gets an untimed warm-up on the first prompt (compilation included), then the
@@ -39,6 +40,13 @@ KV cache (``--kv-cache``, default ``per_step,shared``): the AR samplers run once
 fixtures check both for static and adaptive, only ``full`` for speculative); diffusion runs ``shared`` /
 ``latest-m4-compress-s4`` (the reference's default for it, recdiff's only policy).
 
+On a GPU (``--device cuda``) both sides run on the same device, each call timed between two device synchronisations;
+recdiff's compiled mode replays CUDA graphs. ``huginn`` is Huginn-0125's shape with random weights (``recdiff.bench``'s
+``huginn``, stored in ``--dtype``). A GPU machine whose transformers is 5.x can run the reference from the same
+interpreter with transformers 4.57.6 installed into a folder of its own (``pip install --target DIR
+transformers==4.57.6 "tokenizers<0.23" "huggingface_hub<1.0"``): ``--python-path DIR`` puts that folder first on the
+worker's path (tests/gpu/README.md).
+
 "tokens agree" compares every generated sequence of the three runs (warm-up included): recdiff's tokens (eager and
 compiled) must equal the first ``max_new_tokens`` of the reference's. On random weights a disagreement can come from
 a near-tie of two logits; on the fixture every sequence must agree (tests/core checks the same on its cases).
@@ -62,10 +70,10 @@ import torch
 from safetensors.torch import save_file
 
 from recdiff import generate, load_model
+from recdiff.bench import FIXTURE  # the reference fixture, found as recdiff.bench and the tests find it
 from recdiff.config import RecurrentConfig
 from recdiff.model import RecurrentDepthModel, rope_table
 
-FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "raven_tiny"
 WORKER = Path(__file__).with_name("_authors_worker.py")
 
 # the "random-small" shape of recdiff/bench.py (kept in step with it by hand)
@@ -118,13 +126,18 @@ def rows(kv_caches: list[str]) -> list[tuple[str, str, dict, str, dict]]:
 
 
 # ------------------------------------------------------------------------------------------------ checkpoints
-def write_random_checkpoint(folder: Path, shape: dict[str, int], seed: int = 0) -> Path:
-    """A random-weight checkpoint (recdiff's init, as recdiff.bench builds it) in the official HF layout, readable
-    by ``recdiff.load_model`` and by the reference's ``RavenForCausalLM.from_pretrained``."""
+def write_random_checkpoint(folder: Path, shape: dict[str, int], seed: int = 0, dtype: str = "float32",
+                            device: str = "cpu") -> Path:
+    """A random-weight checkpoint (recdiff's init, as recdiff.bench builds it, drawn on ``device``) in the official
+    HF layout, stored in ``dtype``, readable by ``recdiff.load_model`` and by the reference's
+    ``RavenForCausalLM.from_pretrained``."""
     cfg = RecurrentConfig(**shape)
-    model = RecurrentDepthModel(cfg)
+    with torch.device(device):
+        model = RecurrentDepthModel(cfg)
     model.init_weights(seed)
-    sd = {k: v.detach().float().contiguous() for k, v in model.state_dict().items()}
+    dt = getattr(torch, dtype)
+    sd = {k: v.detach().to(dt).cpu().contiguous() for k, v in model.state_dict().items()}
+    del model
     if cfg.tie_embeddings:
         sd.pop("lm_head.weight", None)  # tied to transformer.wte.weight: not stored
     sd["freqs_cis"] = rope_table(cfg.head_dim, cfg.block_size, cfg.rope_base).contiguous()  # persistent there
@@ -135,7 +148,7 @@ def write_random_checkpoint(folder: Path, shape: dict[str, int], seed: int = 0) 
         "activation_checkpoint_impl": "per-iteration", "architecture_class_name": "RecurrentGPT",
         "init_orthogonal": False, "init_strategy": "takase", "padding_multiple": 64,
         "test_time_noise": 0, "test_time_noise_type": "fixed",
-        "dtype": "float32", "torch_dtype": "float32", "transformers_version": "4.57.6",
+        "dtype": dtype, "torch_dtype": dtype, "transformers_version": "4.57.6",
     }
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
@@ -155,14 +168,18 @@ def bench_prompts(vocab: int, n: int, length: int) -> list[list[int]]:
 class AuthorsProcess:
     """The reference, in a subprocess under another interpreter (recdiff/_authors_worker.py)."""
 
-    def __init__(self, python: str, authors: str, model_dir: Path, threads: int) -> None:
+    def __init__(self, python: str, authors: str, model_dir: Path, threads: int, device: str = "cpu",
+                 dtype: str = "float32", python_path: str | None = None) -> None:
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
                "TRANSFORMERS_VERBOSITY": "error", "PYTHONWARNINGS": "ignore", "TOKENIZERS_PARALLELISM": "false"}
         env.pop("PYTHONPATH", None)
+        if python_path:  # e.g. a --target folder with transformers 4.x, ahead of the interpreter's own 5.x
+            env["PYTHONPATH"] = python_path
         self.stderr = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen([python, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.stderr, text=True, env=env, cwd=tempfile.gettempdir())
-        self.info = self.ask({"op": "load", "authors": authors, "model": str(model_dir), "threads": threads})
+        self.info = self.ask({"op": "load", "authors": authors, "model": str(model_dir), "threads": threads,
+                              "device": device, "dtype": dtype})
         if not self.info.get("ok"):
             self.close()
             raise SystemExit(f"the authors' side failed to load {model_dir}: {self.info.get('error')}")
@@ -189,14 +206,21 @@ class AuthorsProcess:
         self.stderr.close()
 
 
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def run_recdiff(model: RecurrentDepthModel, sampler: str, params: dict, prompts: list[list[int]], max_new: int,
                 warmup: int) -> dict:
     kw = dict(max_new_tokens=max_new, stop_token_ids=[], **params)
     warm = [generate(model, p, sampler, **kw).tokens for p in prompts[:warmup]]
     runs = []
     for p in prompts:
+        _sync(model.device)
         t0 = time.perf_counter()
         res = generate(model, p, sampler, **kw)
+        _sync(model.device)
         runs.append({"seconds": time.perf_counter() - t0, "new_tokens": res.tokens})
     return {"ok": True, "warmup": [{"new_tokens": t} for t in warm], "runs": runs}
 
@@ -220,17 +244,24 @@ def _fmt(x: float | None, width: int, prec: int = 1) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ main
+def where(args: argparse.Namespace) -> str:
+    if args.device == "cuda":
+        return f"{torch.cuda.get_device_name()}, both sides"
+    return f"CPU, {args.threads} thread(s)"
+
+
 def bench_model(name: str, folder: Path, args: argparse.Namespace) -> bool:
     """Benchmark one checkpoint folder; True when every compared sequence agreed."""
-    torch._dynamo.reset()  # compiled graphs and recompile counts are per process: each model starts afresh
-    model = load_model(folder, device="cpu", dtype="float32")
+    torch.compiler.reset()  # compiled graphs and recompile counts are per process: each model starts afresh
+    model = load_model(folder, device=args.device, dtype=args.dtype)
     prompts = bench_prompts(model.config.vocab_size, args.prompts, args.prompt_len)
-    authors = AuthorsProcess(args.python, args.authors, folder, args.threads)
+    authors = AuthorsProcess(args.python, args.authors, folder, args.threads, args.device, args.dtype,
+                             args.python_path)
     info = authors.info
     try:
         lost = {k: v for k, v in info["loading_info"].items() if v}
         print(f"\n## {name}: {model.num_parameters() / 1e6:.2f}M parameters (reference: {info['params'] / 1e6:.2f}M), "
-              f"CPU, {args.threads} thread(s), float32, batch 1, greedy, {args.max_new_tokens} new tokens, "
+              f"{where(args)}, {args.dtype}, batch 1, greedy, {args.max_new_tokens} new tokens, "
               f"prompts of {args.prompt_len} ids, median of {len(prompts)} prompts after {args.warmup} warm-up")
         commit = "59e0b69" if info["blobs_match_59e0b69"] else "NOT 59e0b69: " + json.dumps(info["blob_ids"])
         print(f"   recdiff: torch {torch.__version__}; reference: torch {info['torch']}, transformers "
@@ -294,8 +325,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--python", default=sys.executable,
                     help="interpreter with torch and transformers 4.x (4.57.6) for the reference (default: this one)")
     ap.add_argument("--models", default="fixture,random-small",
-                    help="comma list: fixture, random-small, or checkpoint folders")
+                    help="comma list: fixture, random-small, huginn (Huginn-0125's shape, random weights: a GPU's "
+                         "size), or checkpoint folders")
     ap.add_argument("--threads", type=int, default=1, help="CPU threads on both sides")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where both sides run")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                    help="both sides' weights (float32: the tokens must agree)")
+    ap.add_argument("--python-path", default=None,
+                    help="PYTHONPATH of the reference's interpreter, e.g. a folder holding transformers 4.57.6")
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--prompts", type=int, default=5, help="prompts timed one at a time")
     ap.add_argument("--prompt-len", type=int, default=32)
@@ -312,6 +349,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"--kv-cache {args.kv_cache}: give per_step and/or shared")
     if shutil.which(args.python) is None:
         raise SystemExit(f"--python {args.python}: no such interpreter")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: no CUDA device is available")
     torch.set_num_threads(args.threads)
     ok = True
     with tempfile.TemporaryDirectory(prefix="recdiff-bench-authors-") as tmp:
@@ -320,6 +359,11 @@ def main(argv: list[str] | None = None) -> None:
                 folder = FIXTURE
             elif name == "random-small":
                 folder = write_random_checkpoint(Path(tmp) / name, RANDOM_SMALL)
+            elif name == "huginn":
+                from recdiff.bench import SHAPES
+
+                folder = write_random_checkpoint(Path(tmp) / name, SHAPES["huginn"], dtype=args.dtype,
+                                                 device=args.device)
             else:
                 folder = Path(name)
             ok &= bench_model(name, folder, args)

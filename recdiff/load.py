@@ -115,6 +115,10 @@ def load_model(path_or_hub_id: str | os.PathLike, device: str | torch.device = "
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RecdiffError("device 'cuda' requested but no CUDA device is available; use device=cpu")
     dt = resolve_dtype(dtype, device)
+    if compile and device.type == "cpu":
+        from recdiff.engine.program import internals
+
+        internals()  # a torch too old for the CPU compile path: one line, before the weights load
     cfg = read_config(folder)
     tensors = _read_tensors(folder, device)
     with torch.device("meta"):

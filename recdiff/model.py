@@ -48,6 +48,11 @@ def apply_rope(q: Tensor, k: Tensor, freqs: Tensor) -> tuple[Tensor, Tensor]:
     return torch.split(out.type_as(q), q.shape[2], dim=2)  # type: ignore[return-value]
 
 
+# PyTorch's fused CPU attention kernel, the op scaled_dot_product_attention calls for a float mask on a CPU (a private
+# aten op: where a torch has none, scaled_dot_product_attention itself is called with the same float mask)
+_CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
 def cached_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, gqa: bool) -> Tensor:
     """Attention of ``q`` ``(B, H, T, D)`` over a cache's keys under a boolean mask ``(B, 1, T, S)``.
 
@@ -61,7 +66,9 @@ def cached_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, gqa: bool) -
         return (torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1) @ v.float()).to(q.dtype)
     if q.device.type == "cpu" and not gqa:
         bias = torch.zeros((), dtype=q.dtype, device=q.device).masked_fill(~mask, float("-inf"))
-        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=bias)[0]
+        if _CPU_FLASH is None:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        return _CPU_FLASH(q, k, v, attn_mask=bias)[0]
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
 
 

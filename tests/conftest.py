@@ -15,11 +15,25 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("RECDIFF_SHARED", REPO.parent / "shared"))
+
+
+def _shared() -> Path:
+    """The shared folder: ``RECDIFF_SHARED``; else ``../shared`` beside the checkout; else ``shared/`` inside it (a
+    git-ignored copy, which travels with the checkout to a machine that has no ``../shared``: tests/gpu/README.md)."""
+    if "RECDIFF_SHARED" in os.environ:
+        return Path(os.environ["RECDIFF_SHARED"])
+    inside = REPO / "shared"
+    if not (REPO.parent / "shared" / "fixtures").is_dir() and (inside / "fixtures").is_dir():
+        return inside
+    return REPO.parent / "shared"
+
+
+SHARED = _shared()
 RAVEN_TINY = SHARED / "fixtures" / "raven_tiny"
 # every folder holding reference outputs: the checkpoint and its perturbed twin
 FIXTURE_DIRS = [d for d in (RAVEN_TINY, RAVEN_TINY / "perturbed") if (d / "generate.json").is_file()]
-MISSING = f"reference fixtures not found under {RAVEN_TINY} (set RECDIFF_SHARED to the shared folder)"
+MISSING = (f"reference fixtures not found under {RAVEN_TINY} (set RECDIFF_SHARED to the shared folder, or copy it "
+           "to shared/ in the checkout)")
 
 torch.set_num_threads(1)
 

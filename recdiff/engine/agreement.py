@@ -30,9 +30,17 @@ ROWS: dict[str, dict[str, Any]] = {
 def margin_at(model: Any, ids: list[int], r: int) -> float:
     """Top-1 minus top-2 logit of the next token after ``ids`` (no cache, r recurrences)."""
     with torch.inference_mode():
-        logits, _ = model(torch.tensor([ids]), r=r)
+        logits, _ = model(torch.tensor([ids], device=model.device), r=r)
     top = logits[0, -1].float().topk(2).values
     return float(top[0] - top[1])
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """The first position where two completions differ (the shorter one's length where one extends the other); None
+    when they are equal."""
+    if a == b:
+        return None
+    return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 def compare(model: Any, bench: Any, problems: list[Any], sampler: str, params: dict[str, Any], batch: int,
@@ -51,8 +59,8 @@ def compare(model: Any, bench: Any, problems: list[Any], sampler: str, params: d
         acc[name] = sum(s.correct for s in scores) / len(problems)
     diffs = []
     for i, (a, b) in enumerate(zip(alone, together)):
-        if a.tokens != b.tokens:
-            j = next((k for k, (x, y) in enumerate(zip(a.tokens, b.tokens)) if x != y), min(len(a.tokens), len(b.tokens)))
+        j = first_difference(a.tokens, b.tokens)
+        if j is not None:
             diffs.append({"problem": i, "position": j, "margin": margin_at(model, prompts[i] + a.tokens[:j], params["r"])})
     return {"sampler": sampler, "n": len(problems), "agree": len(problems) - len(diffs), "acc": acc, "diffs": diffs}
 

@@ -24,14 +24,16 @@ is what makes a replay valid, which is why everything the function depends on mu
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
+from types import SimpleNamespace
 from typing import Any, Callable
 
 import torch
-import torch._inductor.config as inductor_config
-import torch.fx.experimental._config as fx_config
 from torch import Tensor
+
+from recdiff import compat
 
 # inductor's C++ wrapper calls the kernels from C++ (about 1.7x faster calls of a small model's layers than its
 # Python wrapper) at about 1.5x the compile time; RECDIFF_CPP_WRAPPER=0 selects the Python wrapper
@@ -45,6 +47,31 @@ PATCHES = {"cpp_wrapper": CPP_WRAPPER, "freezing": True, "max_autotune": True, "
            "autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}
 
 Fn = Callable[[Any, Any, tuple[Tensor, ...]], tuple[Tensor, ...]]
+
+FEATURE = "compile=True on a CPU (the CPU compile path)"
+
+
+@functools.cache
+def internals() -> SimpleNamespace:
+    """The private torch pieces this module uses (inductor's config and ``compile_fx``, the symbolic-shape config,
+    dynamo's ``maybe_mark_dynamic`` and ``reset_code``), looked up once. A torch without them gives one
+    :class:`~recdiff.errors.RecdiffError` line (:func:`recdiff.compat.private`), before anything is compiled;
+    importing this module needs none of them (eager and CUDA runs never touch them)."""
+
+    def lookup() -> SimpleNamespace:
+        import torch._dynamo
+        import torch._inductor.config as inductor_config
+        import torch.fx.experimental._config as fx_config
+        from torch._inductor.compile_fx import compile_fx
+
+        for key in PATCHES:  # a config key that this torch does not have: AttributeError, named
+            getattr(inductor_config, key)
+        fx_config.use_duck_shape  # noqa: B018
+        return SimpleNamespace(inductor_config=inductor_config, fx_config=fx_config, compile_fx=compile_fx,
+                               maybe_mark_dynamic=torch._dynamo.maybe_mark_dynamic,
+                               reset_code=torch._dynamo.reset_code)
+
+    return compat.private(FEATURE, lookup, fallback="use compile=False (eager) on this machine")
 
 
 # Rows (the product of the first argument's dimensions but a float's last) from which a call takes the "many rows"
@@ -82,8 +109,7 @@ class Program:
 
     # ------------------------------------------------------------------------------------------ capture
     def _capture(self, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-        from torch._inductor.compile_fx import compile_fx
-
+        api = internals()
         sources: list[str] = []
         graph_out: list[Any] = []
 
@@ -92,7 +118,7 @@ class Program:
                 if node.op == "placeholder":
                     name = node.meta["grapharg"].source.name
                     sources.append(name() if callable(name) else name)
-            compiled = compile_fx(gm, example_inputs)  # under PATCHES (set around the trace below)
+            compiled = api.compile_fx(gm, example_inputs)  # under PATCHES (set around the trace below)
 
             def first_call(*inputs: Any) -> Any:
                 graph_out.append(compiled(*inputs))
@@ -110,14 +136,14 @@ class Program:
         for a in args:
             for d, size in enumerate(a.shape):
                 if size != 1:
-                    torch._dynamo.maybe_mark_dynamic(a, d)
+                    api.maybe_mark_dynamic(a, d)
         fn = torch.compile(piece, backend=backend, dynamic=False, fullgraph=True)
         # PATCHES hold while dynamo traces too: with freezing on, parameters become graph constants, not inputs
-        with fx_config.patch(use_duck_shape=False), inductor_config.patch(PATCHES), torch.no_grad(), \
+        with api.fx_config.patch(use_duck_shape=False), api.inductor_config.patch(PATCHES), torch.no_grad(), \
                 warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="TypedStorage is deprecated")  # inductor's autotuner, not ours
             out = fn(self.model, self.cache, args)
-        torch._dynamo.reset_code(piece.__code__)  # replays never go through dynamo: free its cache entry
+        api.reset_code(piece.__code__)  # replays never go through dynamo: free its cache entry
         self._plan(sources)
         # a replay returns the graph's outputs: they must be exactly what the function returned (dynamo rebuilds a
         # returned input, or a tensor returned twice, outside the graph)

@@ -30,12 +30,15 @@ import torch
 from torch import Tensor
 
 from recdiff.cache import Call, SlotKV, make_call
-from recdiff.engine.program import Program, signature
+from recdiff.engine.program import Program, internals, signature
 from recdiff.model import RecurrentDepthModel, relative_change, rope_table
 
 
 def set_compile(model: RecurrentDepthModel, compile: bool) -> None:
-    """Switch how the engine runs ``model`` (what ``recdiff.load_model(..., compile=...)`` sets)."""
+    """Switch how the engine runs ``model`` (what ``recdiff.load_model(..., compile=...)`` sets). On a CPU, a torch
+    too old for the compile path fails here, in one line (:func:`recdiff.engine.program.internals`)."""
+    if compile and model.device.type == "cpu":
+        internals()
     model.engine_options = {**model.engine_options, "compile": bool(compile)}
 
 
@@ -139,6 +142,8 @@ class Runner:
         self.freqs = model.freqs_cis if length <= cfg.block_size else rope_table(cfg.head_dim, length, cfg.rope_base).to(p.device)
         compile = bool(model.engine_options.get("compile"))
         self.compiled = compile and p.device.type == "cpu"  # pieces as Programs (recdiff/engine/program.py)
+        if self.compiled:
+            internals()  # a torch without the compile path's private API: one line, before any compute
         self._programs: dict[tuple, Program] = {}
         # whole steps replayed from graphs: CUDA graphs when compiling on a GPU; "emulate_graphs" replays the same
         # static-buffer protocol without CUDA, so the graph path's bookkeeping is tested on a CPU
@@ -312,8 +317,22 @@ class Runner:
         key = (name, *(tuple(t.shape) for t in inputs))
         g = self._graphs.get(key)
         if g is None:
-            g = self._graphs[key] = self._graph_cls(fn, inputs)
+            g = self._graphs[key] = self._graph_cls(self._own_calls(fn), inputs)
         return g(*inputs)
+
+    def _own_calls(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` building its calls' freqs and masks itself (:func:`_call`'s memo emptied around it): a graph's
+        input buffers are the same tensors at every replay with other positions in them, so a memo made before the
+        capture would be baked into the graph (and, emulated, served stale at every replay)."""
+
+        def own(*args: Tensor) -> Any:
+            self._call_memo = None
+            try:
+                return fn(*args)
+            finally:
+                self._call_memo = None
+
+        return own
 
 
 class _Graphed:
@@ -350,7 +369,18 @@ class _EmulatedGraph:
             buf.copy_(t)
         out = self.fn(*self.inputs)
         if self.outputs is None:
-            self.outputs = torch.utils._pytree.tree_map(lambda t: t.clone(), out)
+            self.outputs = _tree_map(lambda t: t.clone(), out)
         else:
-            torch.utils._pytree.tree_map(lambda o, t: o.copy_(t), self.outputs, out)
+            _tree_map(lambda o, t: o.copy_(t), self.outputs, out)
         return self.outputs
+
+
+def _tree_map(fn: Callable[..., Tensor], tree: Any, *others: Any) -> Any:
+    """``fn`` over the tensors of a nest of tuples, lists and dicts (and of ``others``, nested alike)."""
+    if isinstance(tree, Tensor):
+        return fn(tree, *others)
+    if isinstance(tree, dict):
+        return {k: _tree_map(fn, v, *(o[k] for o in others)) for k, v in tree.items()}
+    if isinstance(tree, (tuple, list)):
+        return type(tree)(_tree_map(fn, v, *(o[i] for o in others)) for i, v in enumerate(tree))
+    return tree

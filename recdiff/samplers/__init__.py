@@ -120,14 +120,17 @@ def warm_up(model: RecurrentDepthModel, prompts: Sequence[Sequence[int]], sample
     CUDA one captures) its graphs here and not inside a timed run. Compiled graphs are specialised on the kind of
     call and on few rows vs many (:data:`recdiff.engine.program.MANY_ROWS`), so the shortest and the longest prompt
     each run alone, then in a batch where every kind of admission happens: all slots at once, one slot while the
-    others decode (a sequence with a shorter limit finishes first), two at once. An eager model compiles nothing:
+    others decode (a sequence with a shorter limit finishes first), two at once. Under CUDA graphs a sampler whose
+    shapes depend on more than the prompts then captures the rest (the diffusion sampler: every wavefront width with
+    every key count it can reach, ``DiffusionBatch.capture_graphs``). An eager model compiles nothing:
     it runs the longest prompt alone (allocations, kernel selection). ``prompts``: one prompt or a list of them, checked
     as :func:`generate` checks them; ``kwargs`` as for :func:`generate`."""
     batch_size = batch_size or default_batch_size(model.device)
     # checked as generate checks them, with generate's defaults: one RecdiffError line, not a traceback from min()
     call = inspect.signature(generate).bind(model, prompts, sampler, max_new_tokens, batch_size=batch_size, **kwargs)
     call.apply_defaults()
-    _, _, requests = _plan(**{k: v for k, v in call.arguments.items() if k != "progress"})
+    arguments = {k: v for k, v in call.arguments.items() if k != "progress"}
+    _, _, requests = _plan(**arguments)
     prompts = [r.prompt for r in requests]
     options = model.engine_options
     if not (options.get("compile") or options.get("emulate_graphs")):
@@ -139,6 +142,13 @@ def warm_up(model: RecurrentDepthModel, prompts: Sequence[Sequence[int]], sample
             limits = [max_new_tokens] * (batch_size + 3)
             limits[batch_size - 1] = max(1, max_new_tokens // 2)
             generate(model, [p] * (batch_size + 3), sampler, max_new_tokens=limits, batch_size=batch_size, **kwargs)
+    # CUDA graphs are captured per shape: a sampler whose shapes depend on more than the prompts (the diffusion
+    # wavefront's width, on how fast it converges) captures every shape it can meet, for one slot and for a batch
+    shortest, longest = min(map(len, prompts)), max(map(len, prompts)) + max_new_tokens
+    for group in {1: prompts[:1], batch_size: prompts[:1] * batch_size}.values():
+        _, state, _ = _plan(**{**arguments, "prompts": group})
+        if hasattr(state, "capture_graphs"):
+            state.capture_graphs(shortest, longest)
 
 
 def _per_prompt(value: Any, n: int, name: str) -> list[Any]:

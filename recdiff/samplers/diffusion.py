@@ -377,9 +377,10 @@ class DiffusionBatch:
             self._step(live)
         return [b for b, q in enumerate(self.req) if q is not None and q.data["done"]]
 
-    def _noise(self, shape_rows: list[int], live: list[int]) -> Tensor:
-        """Initial states for ``shape_rows[b]`` rows of each live slot, from its own stream (zeros at α = 0)."""
-        out = torch.zeros((self.slots, max(shape_rows + [1]), self.E), device=self.dev, dtype=self.z.dtype)
+    def _noise(self, shape_rows: list[int], live: list[int], width: int = 1) -> Tensor:
+        """Initial states for ``shape_rows[b]`` rows of each live slot, from its own stream (zeros at α = 0), in
+        ``(slots, rows, E)`` with at least ``width`` rows (zeros past a slot's own)."""
+        out = torch.zeros((self.slots, max(shape_rows + [width]), self.E), device=self.dev, dtype=self.z.dtype)
         if self.alpha > 0:
             for b in live:
                 n = shape_rows[b]
@@ -398,7 +399,8 @@ class DiffusionBatch:
                 fresh = self._noise([1 if b in redo else 0 for b in range(self.slots)], redo)
                 for b in redo:
                     self.z[b, 0] = self.prev_z[b, 0] = fresh[b, 0]
-        mix = [self._noise(Wh, live)[:, :T]] if self.rule.beta > 0 and self.alpha > 0 else []
+        # noise for β over the step's T rows (under CUDA graphs T is a power of two above the widest wavefront)
+        mix = [self._noise(Wh, live, T)[:, :T]] if self.rule.beta > 0 and self.alpha > 0 else []
         if self.h > 1:
             for b in live:
                 if hh[b] > 1:
@@ -412,23 +414,11 @@ class DiffusionBatch:
                 grow = [self._noise(hh, live)]
         return mix, grow
 
-    def _step(self, live: list[int]) -> None:
+    def _model_step(self, T: int, keys: int, on: Tensor, mix: list[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        """1.-4. of a step over ``T`` wavefront rows attending to ``keys`` positions: the wavefront's inputs
+        (momentum, noise), then P, r' recurrences, C → states, embeddings, logits (one graph per T and keys)."""
         run, rule, eta, ri = self.runner, self.rule, self.p["eta"], self.r_inner
-        on_list = [b in live for b in range(self.slots)]
-        on = torch.tensor(on_list, device=self.dev)
-        Wh = [self.host[b]["W"] if on_list[b] else 0 for b in range(self.slots)]
-        # growth: the headway, unless the wavefront (or the block) is full; from host-side pointers, no read-back
-        hh = [max(0, min(self.cap - Wh[b], self.h, self.host[b]["max_len"] - (self.host[b]["n_frozen"] - 1 + Wh[b])))
-              if on_list[b] else 0 for b in range(self.slots)]
-        T = run.width(max(Wh), self.Tw)  # a few static shapes under CUDA graphs
-        Tg = min(self.Tw, T + self.h)
-        t, tg = self.rows[:T], self.rows[:Tg]
-        # the furthest query: the last padded row of the slot whose wavefront starts furthest (start = n_frozen - 1)
-        keys = run.keys(max(self.host[b]["n_frozen"] - 1 for b in live) + T)
-        mix, grow = self._draws(live, Wh, hh, T)
-        name = f"diffusion-{rule}-k{keys}"
 
-        # 1.-4. the wavefront's inputs (momentum, noise), then P, r' recurrences, C over the (padded) wavefront
         def model_step(*args: Tensor) -> tuple[Tensor, ...]:
             ids, pos, z, e_mix = run.run(f"gather-{rule}", _with(gather_inputs, rule), args)
             e = run.embed(ids, pos, keys)
@@ -437,18 +427,61 @@ class DiffusionBatch:
             z = run.cores(z, e, pos, keys, ri)
             return z, e, run.decode(z, pos, keys)
 
-        z, e, logits = run.graphed(name, model_step, self.seq, self.start, self.W, self.z, self.counter, self.prev_e,
-                                   self.prev_e_start, self.prev_e_len, on, t, *mix)
-        extra = [] if rule.greedy else [self._select(logits, live, Wh)]
-        extra += [self.stop_ids] if rule.stops else []
-        extra += grow
-        h = torch.tensor(hh, device=self.dev)
+        return run.graphed(f"diffusion-{rule}-k{keys}", model_step, self.seq, self.start, self.W, self.z, self.counter,
+                           self.prev_e, self.prev_e_start, self.prev_e_len, on, self.rows[:T], *mix)
+
+    def _advance(self, T: int, keys: int, on: Tensor, h: Tensor, z: Tensor, logits: Tensor, extra: list[Tensor]
+                 ) -> tuple[Tensor, ...]:
+        """5.-6. of a step: proposals, counters, growth, the freeze point, stops (:func:`advance`)."""
+        run, rule = self.runner, self.rule
 
         def after(*args: Tensor) -> tuple[Tensor, ...]:
             return run.run(f"advance-{rule}", _with(advance, rule), args)
 
-        res = run.graphed(f"advance-{name}", after, *(getattr(self, k) for k in STATE), self.prev_z, on, h, z,
-                          logits, t, tg, *extra)
+        tg = self.rows[: min(self.Tw, T + self.h)]
+        return run.graphed(f"advance-diffusion-{rule}-k{keys}", after, *(getattr(self, k) for k in STATE), self.prev_z,
+                           on, h, z, logits, self.rows[:T], tg, *extra)
+
+    def capture_graphs(self, shortest: int, longest: int) -> None:
+        """Under CUDA graphs, capture now every step graph that sequences of ``shortest`` to ``longest`` positions
+        (prompt and new tokens) can meet: each power-of-two wavefront width up to the window (how wide a wavefront
+        grows depends on how fast it converges, which no example prompt fixes), with each key count its front can
+        reach, and each width of new states' noise. Run with no slot live (``on`` all false): the batch's state is
+        not touched; K/V rows written at positions of idle slots are rewritten before any query reads them, as in
+        every step. Nothing to do without graphs (the CPU compile path has dynamic shapes)."""
+        run, rule = self.runner, self.rule
+        if not run.cuda_graphs:
+            return
+        on = torch.zeros(self.slots, dtype=torch.bool, device=self.dev)
+        h = torch.zeros(self.slots, dtype=torch.long, device=self.dev)
+        noise = lambda rows: torch.zeros((self.slots, rows, self.E), device=self.dev, dtype=self.z.dtype)  # noqa: E731
+        for T in sorted({run.width(n, self.Tw) for n in range(1, self.Tw + 1)}):
+            mix = [noise(T)] if rule.beta > 0 and rule.noise else []
+            for keys in sorted({run.keys(x) for x in range(shortest + T - 1, longest + T)}):
+                z, _, logits = self._model_step(T, keys, on, mix)
+                extra = [] if rule.greedy else [torch.zeros((self.slots, T), dtype=torch.long, device=self.dev)]
+                extra += [self.stop_ids] if rule.stops else []
+                for grow in range(1, self.h + 1) if rule.noise else [None]:
+                    self._advance(T, keys, on, h, z, logits, extra + ([] if grow is None else [noise(grow)]))
+
+    def _step(self, live: list[int]) -> None:
+        run, rule, eta = self.runner, self.rule, self.p["eta"]
+        on_list = [b in live for b in range(self.slots)]
+        on = torch.tensor(on_list, device=self.dev)
+        Wh = [self.host[b]["W"] if on_list[b] else 0 for b in range(self.slots)]
+        # growth: the headway, unless the wavefront (or the block) is full; from host-side pointers, no read-back
+        hh = [max(0, min(self.cap - Wh[b], self.h, self.host[b]["max_len"] - (self.host[b]["n_frozen"] - 1 + Wh[b])))
+              if on_list[b] else 0 for b in range(self.slots)]
+        T = run.width(max(Wh), self.Tw)  # a few static shapes under CUDA graphs
+        Tg = min(self.Tw, T + self.h)
+        # the furthest query: the last padded row of the slot whose wavefront starts furthest (start = n_frozen - 1)
+        keys = run.keys(max(self.host[b]["n_frozen"] - 1 for b in live) + T)
+        mix, grow = self._draws(live, Wh, hh, T)
+        z, e, logits = self._model_step(T, keys, on, mix)
+        extra = [] if rule.greedy else [self._select(logits, live, Wh)]
+        extra += [self.stop_ids] if rule.stops else []
+        extra += grow
+        res = self._advance(T, keys, on, torch.tensor(hh, device=self.dev), z, logits, extra)
         for k, v in zip(CHANGED, res):
             setattr(self, k, v)
         zb, e_start, e_len, flags, *window = res[len(CHANGED):]

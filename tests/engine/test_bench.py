@@ -1,11 +1,15 @@
 """``python -m recdiff.bench`` (a script that prints figures; nothing here is timed): the stacked matrices of its
-product floor are one recurrence's, and a small run prints every section."""
+product floor are one recurrence's, the bytes of its bandwidth bound are counted as by hand, and a small run prints
+every section."""
 
 from __future__ import annotations
 
 import torch
 
-from recdiff.bench import build, main, recurrence_matrices
+from recdiff import generate
+from recdiff.bench import SHAPES, build, main, model_calls, read_bytes, recurrence_matrices, result_bytes
+from recdiff.config import RecurrentConfig
+from recdiff.model import RecurrentDepthModel
 
 
 def test_floor_multiplies_exactly_one_recurrences_weights():
@@ -29,3 +33,58 @@ def test_bench_prints_rates_costs_and_ratios(capsys):
     assert "static r=32" in out and "diffusion defaults" in out
     assert "cost per core row·recurrence" in out and "256 rows:" in out
     assert "ratio diffusion defaults / static r=32 — batch-1 eager:" in out
+    assert "% bound" not in out  # the bandwidth bound is a GPU figure: off on a CPU unless asked for
+
+
+def test_bench_prints_the_bandwidth_bound_when_asked(capsys):
+    main(["--models", "random-small", "--samplers", "static r=8", "--prompts", "1", "--max-new-tokens", "2",
+          "--modes", "batch-1 eager", "--bound"])
+    out = capsys.readouterr().out
+    assert "bandwidth: a cpu copy of 0.25 GiB moves" in out and "GB per token" in out
+    row = next(line for line in out.splitlines() if line.startswith("static r=8") and line.endswith("%"))
+    gb_call, calls_s, frac = row.split()[-3:]
+    assert float(gb_call) > 0 and float(calls_s) > 0 and float(frac.rstrip("%")) > 0
+
+
+def tiny_model() -> RecurrentDepthModel:
+    """Width 8, 2 heads of 4, one layer each in P, R and C, MLP 16, vocabulary 32, tied head, float32."""
+    return RecurrentDepthModel(RecurrentConfig(n_embd=8, n_heads=2, n_layers_in_prelude=1, n_layers_in_recurrent_block=1,
+                                               n_layers_in_coda=1, intermediate_size=16, vocab_size=32, block_size=64))
+
+
+def test_bytes_a_call_must_read_by_hand():
+    # one sandwich block: Wqkv 8·24 + qk_bias 2·2·4 + proj 8·8 + 4 norms 4·8 + fc 8·32 + mlp proj 16·8 = 688 floats
+    rb = read_bytes(tiny_model())
+    assert rb.prelude == 688 * 4
+    assert rb.core == (688 + 16 * 8) * 4  # + the adapter, 2E → E
+    assert rb.coda == (688 + 8 + 32 * 8) * 4  # + ln_f and the (tied) head's whole matrix
+    assert rb.kv == 2 * 2 * 4 * 4 and rb.layers == (1, 1, 1)  # K and V of 2 heads × 4 floats
+    assert rb.call(2, keys=5) == (688 + 952 + 2 * 816) * 4 + (1 + 1 + 2) * 5 * 64
+
+
+def test_bytes_a_run_must_read_by_hand():
+    """Static r=2, a prompt of 3 and 2 new tokens: two calls (the prefill gives the first token), 4 recurrences;
+    each call's attention reads the prompt and half the new tokens, 4 positions, in 2 + 4 layer passes."""
+    model = tiny_model()
+    res = generate(model, [1, 2, 3], "static", r=2, max_new_tokens=2, stop_token_ids=[])
+    assert res.stats["steps"] == 2 and res.stats["core_passes"] == 4
+    rb = read_bytes(model)
+    weights = 2 * (688 + 952) * 4 + 4 * 816 * 4
+    kv = (2 * 2 + 4 * 1) * 4 * 64
+    assert result_bytes(rb, [res], [3], "static", {"r": 2}) == weights + kv == 28224
+    # two such sequences decoded together read the weights once for both, their K/V each
+    assert result_bytes(rb, [res, res], [3, 3], "static", {"r": 2}, batch=2) == weights + 2 * kv
+    # the calls of the other samplers: diffusion's prefill and steps, speculative's drafts and verifications
+    assert model_calls("diffusion", {"steps": 7}, {}) == 8
+    assert model_calls("speculative", {"rounds": 3}, {"lookahead": 4}) == 1 + 3 * 5
+    assert model_calls("adaptive", {"steps": 5}, {}) == 5
+
+
+def test_huginn_reads_the_issues_bytes_per_token_and_step():
+    """Huginn-0125 in bf16 (on the meta device): ~109 GB per static r=32 token, ~17 GB per diffusion step at r'=4."""
+    with torch.device("meta"):
+        model = RecurrentDepthModel(RecurrentConfig(**SHAPES["huginn"])).to(torch.bfloat16)
+    rb = read_bytes(model)
+    assert 108e9 < rb.call(32) < 109e9
+    assert 16.8e9 < rb.call(4) < 17.1e9
+    assert rb.kv == 2 * 5280 * 2  # K and V, 55 heads of 96, bf16

@@ -38,3 +38,30 @@ def test_bfloat16_runs_every_sampler_batched_and_compiled_close_to_float32(load_
             same += sum(x == y for x, y in zip(a.tokens, b.tokens))
             total += len(a.tokens)
     assert same / total >= 0.9, f"bf16 agrees with fp32 on {same}/{total} positions"
+
+
+def test_graph_replay_with_state_noise_on_cpu(load_fixture_model):
+    """β > 0 with α > 0 draws noise for every wavefront row; under CUDA graphs a step runs a power-of-two width
+    above the widest wavefront, and the noise is padded to it (zeros past each slot's own rows): the tokens are the
+    eager ones (with headway 2 and continuous compute as well)."""
+    eager = load_fixture_model(RAVEN_TINY)
+    graphed = load_model(RAVEN_TINY)
+    graphed.engine_options["emulate_graphs"] = True
+    params = {"r": 8, "r_inner": 2, "epsilon": 0.05, "wavefront": 6, "headway": 2, "beta": 0.3, "init_scale": 0.5,
+              "eta": 0.2, "continuous_compute": True}
+    ps = prompts(RAVEN_TINY)
+    want = [generate(eager, p, "diffusion", max_new_tokens=10, stop_token_ids=[], **params).tokens for p in ps]
+    got = generate(graphed, ps, "diffusion", max_new_tokens=10, stop_token_ids=[], batch_size=3, **params)
+    assert [r.tokens for r in got] == want
+
+
+def test_graph_replay_alone_gives_the_eager_tokens(fixture_dir, load_fixture_model):
+    """Every prompt alone through the replayed graphs (a decode loop replays one graph over and over, its input
+    buffers the same tensors with the next positions in them): the eager tokens, for every sampler."""
+    eager = load_fixture_model(fixture_dir)
+    graphed = load_model(fixture_dir)
+    graphed.engine_options["emulate_graphs"] = True
+    for sampler, params in CONFIGS:
+        for p in prompts(fixture_dir):
+            kw = dict(max_new_tokens=10, stop_token_ids=[], **params)
+            assert generate(graphed, p, sampler, **kw).tokens == generate(eager, p, sampler, **kw).tokens, sampler

@@ -24,24 +24,36 @@ def _tensors(obj) -> list[torch.Tensor]:
     return found
 
 
-def test_huginn_batch_32_at_4096_positions_fits_80_gb_next_to_the_weights():
-    cfg = RecurrentConfig(**SHAPES["huginn"])
+def meta_huginn() -> RecurrentDepthModel:
     with torch.device("meta"):
-        model = RecurrentDepthModel(cfg).to(torch.bfloat16)
+        return RecurrentDepthModel(RecurrentConfig(**SHAPES["huginn"])).to(torch.bfloat16)
+
+
+def predicted_bytes(model: RecurrentDepthModel, sampler: str, params: dict, slots: int, longest: int
+                    ) -> tuple[int, int, int, object]:
+    """(weights, KV cache, batch state, the batch) of a batched run of a meta-device ``model`` (no memory is used):
+    the buffers the sampler's batch allocates. tests/gpu/test_huginn.py holds a real run on a GPU to it."""
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    assert 6.5 * GB < weights < 7.5 * GB  # 3.5B parameters in bf16: the shapes are Huginn-0125's
+    opts = Options(model=model, select=Selector(0.0, 1.0), stop=StopCondition(None, None, None), slots=slots,
+                   longest=longest)
+    batch = _module(sampler).make_batch(opts, params)
+    state = sum(t.numel() * t.element_size() for t in _tensors(batch))
+    return weights, batch.runner.cache.nbytes(), state, batch
+
+
+def test_huginn_batch_32_at_4096_positions_fits_80_gb_next_to_the_weights():
+    model = meta_huginn()
+    cfg = model.config
     for sampler, params in [("static", {"r": 32}), ("diffusion", {"r": 32, "r_inner": 4, "wavefront": 128}),
                             ("speculative", {"r": 32})]:
-        opts = Options(model=model, select=Selector(0.0, 1.0), stop=StopCondition(None, None, None), slots=32,
-                       longest=cfg.block_size - 130)  # the longest sequence that still fits the block
-        batch = _module(sampler).make_batch(opts, params)
+        # the longest sequence that still fits the block
+        weights, cache, state, batch = predicted_bytes(model, sampler, params, 32, cfg.block_size - 130)
+        assert 6.5 * GB < weights < 7.5 * GB  # 3.5B parameters in bf16: the shapes are Huginn-0125's
         run = batch.runner
         assert run.device.type == "meta" and run.slots == 32 and run.length >= cfg.block_size - 130
-        cache = run.cache.nbytes()
         # K and V of every layer (2 prelude + 4 core, shared over recurrences, + 2 coda) for every slot and position
         per_layer = 2 * 32 * run.length * cfg.num_key_value_heads * cfg.head_dim * 2
         assert cache == 8 * per_layer
-        state = sum(t.numel() * t.element_size() for t in _tensors(batch))
         total = weights + cache + state
         print(f"{sampler}: weights {weights / GB:.1f} GB + cache {cache / GB:.1f} GB + state {state / GB:.2f} GB")
         assert total < 80 * GB, f"{sampler}: {total / GB:.1f} GB"

@@ -1,0 +1,25 @@
+"""fp32 with TF32 off: on CUDA every sampler gives the CPU's greedy tokens and statistics on the reference fixtures
+(raven_tiny and perturbed/), exactly, or where a sequence differs, its first differing token is a logit near-tie
+(:func:`tests.gpu.common.check_same`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from recdiff import generate
+from tests.engine.test_batching import CONFIGS, batch_prompts
+from tests.gpu.common import check_same, needs_cuda
+
+pytestmark = needs_cuda
+
+LIMITS = [16, 9, 20, 5, 12, 1, 14]  # new tokens per prompt, as tests/engine/test_batching.py
+
+
+@pytest.mark.parametrize("sampler, params", CONFIGS, ids=[f"{s}-{i}" for i, (s, _) in enumerate(CONFIGS)])
+def test_cuda_fp32_gives_the_cpu_tokens_and_stats(fixture_dir, models, sampler, params):
+    cpu, gpu = models(fixture_dir, "cpu"), models(fixture_dir, "cuda")
+    prompts = batch_prompts(fixture_dir)
+    kw = dict(stop_token_ids=[], **params)
+    want = [generate(cpu, p, sampler, max_new_tokens=n, **kw) for p, n in zip(prompts, LIMITS)]
+    got = [generate(gpu, p, sampler, max_new_tokens=n, **kw) for p, n in zip(prompts, LIMITS)]
+    check_same(cpu, prompts, want, got, params["r"], f"{fixture_dir.name} {sampler} {params}: CUDA against CPU")

@@ -1,0 +1,63 @@
+"""CUDA graphs (``compile=True`` on a GPU: whole sampler steps captured per shape and replayed) give the eager
+tokens and statistics on the same inputs, and a warmed-up model captures no graph over 50 prompts of different
+lengths, alone and batched."""
+
+from __future__ import annotations
+
+import pytest
+
+from recdiff import generate, warm_up
+from recdiff.engine import runner
+from tests.conftest import RAVEN_TINY, need_fixtures
+from tests.engine.test_batching import CONFIGS
+from tests.engine.test_compile import CONFIGS as ONE_PER_SAMPLER
+from tests.engine.test_compile import prompts
+from tests.gpu.common import EMULATE, check_same, load, needs_cuda
+
+pytestmark = needs_cuda
+
+
+@pytest.mark.parametrize("sampler, params", CONFIGS, ids=[f"{s}-{i}" for i, (s, _) in enumerate(CONFIGS)])
+def test_graphs_give_the_eager_tokens_and_stats(fixture_dir, models, sampler, params):
+    eager, graphs = models(fixture_dir, "cuda"), models(fixture_dir, "cuda", compile=True)
+    ps = prompts(fixture_dir)
+    kw = dict(max_new_tokens=10, stop_token_ids=[], **params)
+    for batch_size in (1, len(ps)):
+        want = generate(eager, ps, sampler, batch_size=batch_size, **kw)
+        got = generate(graphs, ps, sampler, batch_size=batch_size, **kw)
+        check_same(eager, ps, want, got, params["r"], f"{fixture_dir.name} {sampler} {params}: graphs against "
+                                                      f"eager, B={batch_size}")
+
+
+@pytest.fixture()
+def captures(monkeypatch):
+    """Counts CUDA-graph captures (every ``runner._Graphed`` made; emulated: every ``runner._EmulatedGraph``)."""
+    count = [0]
+    cls = runner._EmulatedGraph if EMULATE else runner._Graphed
+    init = cls.__init__
+
+    def counted(self, *args, **kwargs):
+        count[0] += 1
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, "__init__", counted)
+    return count
+
+
+@pytest.mark.parametrize("sampler, params", ONE_PER_SAMPLER, ids=[s for s, _ in ONE_PER_SAMPLER])
+def test_no_graph_is_captured_after_warm_up_across_50_prompt_lengths(captures, sampler, params):
+    """``recdiff.warm_up`` (the shortest and the longest prompt, alone and through every kind of admission), then 50
+    prompts of 3 to 19 tokens alone and in batches of 4: every shape they meet was captured in the warm-up (widths
+    and key counts are rounded up to powers of two)."""
+    model = load(need_fixtures(), compile=True)  # a model of its own: every graph it has, it captured here
+    ps = prompts(RAVEN_TINY, 50)
+    assert len({len(p) for p in ps}) >= 15
+    kw = dict(max_new_tokens=10, stop_token_ids=[], **params)
+    warm_up(model, ps, sampler, batch_size=4, **kw)
+    before = captures[0]
+    if sampler != "adaptive":  # adaptive compute decides after every recurrence: it runs eagerly, nothing to capture
+        assert before > 0, "the warm-up captured no graph: this test counts nothing"
+    for p in ps:
+        generate(model, p, sampler, **kw)
+    generate(model, ps, sampler, batch_size=4, **kw)
+    assert captures[0] == before, f"{sampler}: {captures[0] - before} graph(s) captured after the warm-up"
