@@ -14,9 +14,9 @@ N = 200  # problems, as the script's default
 @pytest.fixture(scope="module")
 def setup():
     from recdiff import load_model
-    from recdiff.benchmarks import get_benchmark
+    from recdiff.benchmarks import checkpoint_task, get_benchmark
 
-    bench = get_benchmark("arith", limit=N)
+    bench = get_benchmark(checkpoint_task(ASSET), limit=N)
     return load_model(ASSET), bench, list(bench.problems())
 
 
@@ -27,4 +27,4 @@ def test_batched_and_alone_agree(setup, sampler):
     res = compare(model, bench, problems, sampler, ROWS[sampler], batch=32, max_new_tokens=64)
     assert res["agree"] >= 0.98 * N, res["diffs"]
     assert abs(res["acc"]["batched"] - res["acc"]["alone"]) <= 0.01
-    assert 0.2 < res["acc"]["alone"] < 0.6  # the model really answers (its measured accuracy is about 0.37)
+    assert res["acc"]["alone"] >= 0.9  # the model really answers (at r=32 it solves all 200, MODEL_CARD.md)

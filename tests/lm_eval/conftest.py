@@ -14,7 +14,8 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 REPO = Path(__file__).resolve().parents[2]
-EMBEDDED = REPO / "recdiff" / "assets" / "embedded"
+# GSM8K-format prompts and answers: the arith-trained embedded model (block 256; the default compose model has 128)
+ARITH_MODEL = REPO / "recdiff" / "assets" / "embedded_arith"
 
 # GSM8K-format documents (question, answer ending in "#### N"), written for these tests
 GSM8K_ROWS = [

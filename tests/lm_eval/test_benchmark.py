@@ -27,13 +27,13 @@ def arith_file(tmp_path: Path) -> Path:
 
 def test_a_sweep_records_lm_evals_metric(tmp_path, arith_file):
     storage = tmp_path / "journal.log"
-    run_sweep(["benchmark=lm_eval", "benchmark.task=gsm8k_cot", f"benchmark.path={arith_file}", "benchmark.n_shot=0",
+    run_sweep(["model=embedded_arith", "benchmark=lm_eval", "benchmark.task=gsm8k_cot", f"benchmark.path={arith_file}", "benchmark.n_shot=0",
                "benchmark.filter=flexible-extract", "benchmark.limit=6", "sampler=static", "sampler.r=4",
                "run.speed_samples=1", "run.warmup=0", "run.max_new_tokens=48", "run.progress=false",
                "study.baselines=false", f"study.storage={storage}", f"study.artifact_dir={tmp_path / 'art'}",
                f"hydra.run.dir={tmp_path / 'run'}"],
               env={"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}, timeout=600)
-    study = load(str(storage), "embedded-gsm8k_cot")            # named after the task, not "lm_eval"
+    study = load(str(storage), "embedded_arith-gsm8k_cot")            # named after the task, not "lm_eval"
     (trial,) = study.trials
     assert trial.state.name == "COMPLETE"
     identity = trial.user_attrs["identity"]["benchmark"]
@@ -58,13 +58,13 @@ def test_the_tasks_max_gen_toks_bounds_the_answers(tmp_path, arith_file):
     (tmp_path / "short.yaml").write_text(
         f"include: {cot}\ntask: gsm8k_cot_short\nnum_fewshot: 0\ngeneration_kwargs:\n  until: ['Q:']\n"
         "  do_sample: false\n  max_gen_toks: 5\n")
-    cfg = compose_cfg(["benchmark=lm_eval", "benchmark.task=gsm8k_cot_short", f"benchmark.include_path={tmp_path}",
+    cfg = compose_cfg(["model=embedded_arith", "benchmark=lm_eval", "benchmark.task=gsm8k_cot_short", f"benchmark.include_path={tmp_path}",
                        f"benchmark.path={arith_file}", "benchmark.limit=3", "sampler=static", "sampler.r=4",
                        "run.speed_samples=1", "run.warmup=0", "run.progress=false", "run.n_traces=0"])
     work = Workload.from_config(cfg)
     assert work.benchmark.stop_strings == ["Q:"]
     result = run_trial(work, cfg, tmp_path / "trial")
-    assert [r["new_tokens"] for r in result.rows] == [5, 5, 5]   # the embedded model's answers are longer
+    assert [r["new_tokens"] for r in result.rows] == [5, 5, 5]   # the arith model's answers are longer
 
 
 @pytest.mark.parametrize("options, message", [

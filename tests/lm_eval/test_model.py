@@ -1,6 +1,6 @@
 """The lm-eval model ``recdiff`` (recdiff/lm_eval/model.py), run by lm-eval itself.
 
-- The command line on a local 20-problem GSM8K-format task whose references are built from the embedded model's
+- The command line on a local 20-problem GSM8K-format task whose references are built from the arith embedded model's
   greedy answers (decoded here with ``recdiff.generate``): half are the number the answer ends with, half are not,
   so lm-eval's flexible-extract score is known before lm-eval runs; its strict-match score, its logged answers and
   the per-request statistics side file are checked too.
@@ -26,7 +26,7 @@ import recdiff
 from recdiff.benchmarks.arith import generate_split
 from recdiff.benchmarks.gsm8k import flexible_extract, is_match, strict_extract
 from recdiff.errors import RecdiffError
-from tests.lm_eval.conftest import EMBEDDED, REPO, write_jsonl
+from tests.lm_eval.conftest import ARITH_MODEL, REPO, write_jsonl
 
 UNTIL = ["Q:", "</s>", "<|im_end|>"]          # gsm8k_cot's generation_kwargs
 SAMPLER = dict(sampler="diffusion", r_inner=4, epsilon=0.03)
@@ -59,7 +59,7 @@ def greedy_answers(model, questions: list[str]) -> list[str]:
 
 
 def test_command_line_scores_known_answers(tmp_path):
-    model = recdiff.load_model(EMBEDDED)
+    model = recdiff.load_model(ARITH_MODEL)
     questions = [p.question for p in generate_split("test", 20)]
     answers = greedy_answers(model, questions)
     rows, refs = [], []
@@ -75,7 +75,7 @@ def test_command_line_scores_known_answers(tmp_path):
     data = write_jsonl(tmp_path / "gsm8k.jsonl", rows)
     gsm8k_cot_local(tmp_path, data)
     stats = tmp_path / "stats.jsonl"
-    args = ",".join([f"pretrained={EMBEDDED}", *(f"{k}={v}" for k, v in SAMPLER.items()), "batch_size=32",
+    args = ",".join([f"pretrained={ARITH_MODEL}", *(f"{k}={v}" for k, v in SAMPLER.items()), "batch_size=32",
                      f"stats_file={stats}"])
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-m", "recdiff.lm_eval", "--model", "recdiff", "--model_args", args,
@@ -138,7 +138,7 @@ def scored(tmp_path_factory):
         f"task: arith_text_local\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {folder}/text.jsonl\n"
         "test_split: test\noutput_type: loglikelihood_rolling\ndoc_to_text: \"\"\ndoc_to_target: \"{{text}}\"\n"
         "metric_list:\n  - metric: word_perplexity\nmetadata:\n  version: 1.0\n")
-    res = simple_evaluate(model="recdiff", model_args={"pretrained": str(EMBEDDED), "sampler": "static", "r": 8,
+    res = simple_evaluate(model="recdiff", model_args={"pretrained": str(ARITH_MODEL), "sampler": "static", "r": 8,
                                                        "batch_size": 4},
                           tasks=["arith_choice_local", "arith_text_local"], bootstrap_iters=0,
                           task_manager=TaskManager(include_path=str(folder)), log_samples=True)
@@ -147,7 +147,7 @@ def scored(tmp_path_factory):
 
 def test_multiple_choice_is_scored_at_r(scored):
     res, rows, _ = scored
-    model = recdiff.load_model(EMBEDDED)
+    model = recdiff.load_model(ARITH_MODEL)
     tok = model.tokenizer
     correct = 0
     for sample in sorted(res["samples"]["arith_choice_local"], key=lambda s: s["doc_id"]):
@@ -165,7 +165,7 @@ def test_multiple_choice_is_scored_at_r(scored):
 
 def test_rolling_loglikelihood_windows_over_the_context(scored):
     res, _, rows = scored
-    model = recdiff.load_model(EMBEDDED)
+    model = recdiff.load_model(ARITH_MODEL)
     tok, block = model.tokenizer, model.config.block_size
     got = {s["doc_id"]: s["resps"][0][0] for s in res["samples"]["arith_text_local"]}
     short = tok.encode(rows[0]["text"])
@@ -183,7 +183,7 @@ def test_rolling_loglikelihood_windows_over_the_context(scored):
 def test_an_unknown_task_is_one_line(capsys):
     from recdiff.lm_eval.__main__ import main
 
-    code = main(["--model", "recdiff", "--model_args", f"pretrained={EMBEDDED}", "--tasks", "gsm8k_cott"])
+    code = main(["--model", "recdiff", "--model_args", f"pretrained={ARITH_MODEL}", "--tasks", "gsm8k_cott"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err[-1] == "error: Tasks not found: gsm8k_cott"
     assert not any("Traceback" in line for line in err)
@@ -200,7 +200,7 @@ def test_a_sampler_parameter_of_the_wrong_type_is_one_line(args, message):
 
     # as lm-eval parses --model_args: "4.5" arrives as a float, "small" as a string
     with pytest.raises(RecdiffError, match=re.escape(message)) as err:
-        RecdiffLM.create_from_arg_obj({"pretrained": str(EMBEDDED), **args}, {"batch_size": 1, "device": "cuda:0"})
+        RecdiffLM.create_from_arg_obj({"pretrained": str(ARITH_MODEL), **args}, {"batch_size": 1, "device": "cuda:0"})
     assert "\n" not in str(err.value)
 
 
@@ -209,7 +209,7 @@ def test_generation_arguments_recdiff_cannot_honour_are_one_line():
 
     from recdiff.lm_eval import RecdiffLM
 
-    lm = RecdiffLM(pretrained=str(EMBEDDED), r=4)
+    lm = RecdiffLM(pretrained=str(ARITH_MODEL), r=4)
     req = Instance("generate_until", {}, ("Q: 1+1?\nA:", {"until": ["Q:"], "top_k": 5}), 0)
     with pytest.raises(RecdiffError, match=r"^generation argument\(s\) top_k not supported by recdiff's samplers"):
         lm.generate_until([req])

@@ -68,7 +68,7 @@ def test_recorded_param_widens_numeric_ranges_and_keeps_choices():
 def test_grid_params_names_are_config_keys():
     cfg = compose_cfg(["sampler.r_inner=8"])
     params = rs.grid_params(cfg)
-    assert params["r_inner"][0] == 8 and params["sampler"][0] == "diffusion" and params["benchmark"][0] == "arith"
+    assert params["r_inner"][0] == 8 and params["sampler"][0] == "diffusion" and params["benchmark"][0] == "compose"
     assert set(params) - {"sampler", "benchmark"} <= set(cfg.sampler.keys())
     assert "max_steps" not in params   # unset values are not parameters
 
