@@ -139,7 +139,9 @@ class Program:
                     api.maybe_mark_dynamic(a, d)
         fn = torch.compile(piece, backend=backend, dynamic=False, fullgraph=True)
         # PATCHES hold while dynamo traces too: with freezing on, parameters become graph constants, not inputs
-        with api.fx_config.patch(use_duck_shape=False), api.inductor_config.patch(PATCHES), torch.no_grad(), \
+        # engine_options["inductor"]: overrides of PATCHES for this model (e.g. the tests' quick-compile settings)
+        patches = {**PATCHES, **getattr(self.model, "engine_options", {}).get("inductor", {})}
+        with api.fx_config.patch(use_duck_shape=False), api.inductor_config.patch(patches), torch.no_grad(), \
                 warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="TypedStorage is deprecated")  # inductor's autotuner, not ours
             out = fn(self.model, self.cache, args)

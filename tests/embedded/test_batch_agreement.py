@@ -8,7 +8,7 @@ import pytest
 
 from recdiff.engine.agreement import ASSET, ROWS, compare
 
-N = 200  # problems, as the script's default
+N = 100  # problems (the script's default is 200; half keeps CI short, and 98% of 100 still allows 2 misses)
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
 """The GPU path, exercised on a CPU as far as it can be: the CUDA-graph replay protocol (static input buffers,
-outputs overwritten by the next replay) and bfloat16, batched and compiled, for every sampler."""
+outputs overwritten by the next replay) and bfloat16, batched, for every sampler (compiled pieces are checked in
+float32 by test_compile.py; bf16 is the same code at another dtype, so it runs eager here to keep CI short)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,10 @@ def test_graph_replay_protocol_on_cpu(load_fixture_model):
         assert [r.tokens for r in got] == want, sampler
 
 
-def test_bfloat16_runs_every_sampler_batched_and_compiled_close_to_float32(load_fixture_model):
+def test_bfloat16_runs_every_sampler_batched_close_to_float32(load_fixture_model):
     """The GPU's dtype on a CPU: bf16 weights and cache, norms/RoPE/softmax/δ in float32 as in the eager path."""
     fp32 = load_fixture_model(RAVEN_TINY)
-    bf16 = load_model(RAVEN_TINY, dtype="bfloat16", compile=True)
+    bf16 = load_model(RAVEN_TINY, dtype="bfloat16")
     assert next(bf16.parameters()).dtype == torch.bfloat16
     ps = prompts(RAVEN_TINY)
     same = total = 0

@@ -1,0 +1,30 @@
+"""The CPU compile path with the inductor settings users get (program.PATCHES: C++ wrapper, frozen weights, GEMM
+templates autotuned against MKL): a prompt's P, one recurrence and C, compiled, give the eager logits. The sampler
+cases run with quicker settings in test_compile.py; this file runs beside it (compiling is slow)."""
+
+from __future__ import annotations
+
+import torch
+
+from recdiff import load_model
+from recdiff.engine.runner import Runner, cache_length
+from tests.conftest import RAVEN_TINY, need_fixtures
+from tests.engine.test_compile import prompts
+
+
+def test_the_shipped_inductor_settings_give_the_eager_logits(load_fixture_model):
+    model = load_model(need_fixtures(), compile=True)
+    assert "inductor" not in model.engine_options  # nothing overrides program.PATCHES
+    eager = load_fixture_model(RAVEN_TINY)
+    ids = torch.tensor([prompts(RAVEN_TINY)[0]])
+    pos = torch.arange(ids.shape[1])[None]
+
+    @torch.inference_mode()  # as generate() runs the engine (a shared model's runners hold inference tensors)
+    def logits(m) -> torch.Tensor:
+        run = Runner.get(m, 1, cache_length(m))
+        return run.recur(ids, pos, 1)
+
+    got, want = logits(model), logits(eager)
+    assert Runner.get(model, 1, cache_length(model))._programs  # it really compiled
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert torch.equal(got.argmax(-1), want.argmax(-1))
