@@ -21,12 +21,13 @@ shared with the training recipe in :mod:`recdiff.train`.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import random
 import re
 from dataclasses import dataclass, field
+from typing import Iterator
 
-TEST_MODULUS = 8          # 1/8 of the question space is reserved for the test split
+from recdiff.benchmarks.splits import TEST_MODULUS, is_test_question, split_stream, take  # noqa: F401 (re-exported)
+
 DEFAULT_SEED = 1234
 DEFAULT_N_PROBLEMS = 1000  # size of the test split slice
 
@@ -167,36 +168,15 @@ def recompute_answer(steps: list) -> int:
     return v
 
 
-def is_test_question(question: str) -> bool:
-    h = int.from_bytes(hashlib.sha256(question.encode()).digest()[:8], "big")
-    return h % TEST_MODULUS == 0
-
-
-def iter_split(split: str, seed: int, steps_per_line: int | None = None):
+def iter_split(split: str, seed: int, steps_per_line: int | None = None) -> Iterator[ArithProblem]:
     """Infinite deterministic stream of distinct problems of one split ("train" or "test").  The questions do
     not depend on ``steps_per_line`` (default :data:`STEPS_PER_LINE`), only the written solutions do."""
     spl = STEPS_PER_LINE if steps_per_line is None else int(steps_per_line)
-    if split not in ("train", "test"):
-        raise ValueError(f"arith: unknown split {split!r} (train, test)")
-    rng = random.Random(f"arith/{split}/{seed}")
-    want_test = split == "test"
-    seen: set[str] = set()
-    while True:
-        p = _make_problem(rng, spl)
-        if is_test_question(p.question) != want_test or p.question in seen:
-            continue
-        if want_test:
-            seen.add(p.question)
-        yield p
+    return split_stream("arith", split, seed, lambda rng: _make_problem(rng, spl))
 
 
 def generate_split(split: str, n: int, seed: int = DEFAULT_SEED, steps_per_line: int | None = None) -> list[ArithProblem]:
-    out = []
-    for p in iter_split(split, seed, steps_per_line):
-        out.append(p)
-        if len(out) >= n:
-            break
-    return out
+    return take(iter_split(split, seed, steps_per_line), n)
 
 
 # ---- prompt / completion format shared by training and evaluation ----------------------------------

@@ -35,7 +35,6 @@ cannot drift apart.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import re
@@ -45,9 +44,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from recdiff.benchmarks import Benchmark, Problem, Score, register
+from recdiff.benchmarks.splits import TEST_MODULUS, is_test_question, split_stream, take  # noqa: F401 (TEST_MODULUS re-exported)
 from recdiff.errors import RecdiffError
 
-TEST_MODULUS = 8
 DEFAULT_SEED = 1234          # the test split's generator seed (held out from training by the hash rule anyway)
 DEFAULT_N_PROBLEMS = 1000
 MAX_K = 24                   # letters in the hardest problems (test split: K uniform in 1..MAX_K)
@@ -131,10 +130,6 @@ def completion_text(problem: ComposeProblem, fmt: str = DEFAULT_FORMAT) -> str:
 
 # ---- splits ------------------------------------------------------------------------------------------
 
-def is_test_question(question: str) -> bool:
-    return int.from_bytes(hashlib.sha256(question.encode()).digest()[:8], "big") % TEST_MODULUS == 0
-
-
 def make_problem(rng: random.Random, max_k: int = MAX_K, k: int | None = None) -> ComposeProblem:
     k = rng.randint(1, max_k) if k is None else k
     return ComposeProblem(rng.randrange(10), "".join(rng.choice(LETTERS) for _ in range(k)))
@@ -142,26 +137,11 @@ def make_problem(rng: random.Random, max_k: int = MAX_K, k: int | None = None) -
 
 def iter_split(split: str, seed: int, max_k: int = MAX_K) -> Iterator[ComposeProblem]:
     """Infinite deterministic stream of one split ("train" or "test"); test questions are distinct."""
-    if split not in ("train", "test"):
-        raise ValueError(f"compose: unknown split {split!r} (train, test)")
-    rng = random.Random(f"compose/{split}/{seed}")
-    want_test, seen = split == "test", set()
-    while True:
-        p = make_problem(rng, max_k)
-        if is_test_question(p.question) != want_test or p.question in seen:
-            continue
-        if want_test:
-            seen.add(p.question)
-        yield p
+    return split_stream("compose", split, seed, lambda rng: make_problem(rng, max_k))
 
 
 def generate_split(split: str, n: int, seed: int = DEFAULT_SEED, max_k: int = MAX_K) -> list[ComposeProblem]:
-    out = []
-    for p in iter_split(split, seed, max_k):
-        out.append(p)
-        if len(out) >= n:
-            break
-    return out
+    return take(iter_split(split, seed, max_k), n)
 
 
 # ---- the task's definition inside a checkpoint folder ------------------------------------------------
