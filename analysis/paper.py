@@ -54,12 +54,18 @@ class Scale:
     search_trials: int
     population: int
     minutes: int          # the budget it is sized for, on 2 CPU cores (printed, not enforced)
+    # run.timeout_s of every trial: a search may propose a configuration whose wavefront never converges (high η
+    # and noise, r' = 1), which runs to the step cap (4·max_new_tokens·⌈r/r'⌉ steps per answer): hours, not seconds.
+    # It is recorded FAIL and the run goes on; at each scale ordinary trials take at most a fifth of this.
+    trial_timeout_s: int
 
 
 SCALES: dict[str, Scale] = {
-    "smoke": Scale(limit=8, speed_samples=1, max_values=2, search_trials=2, population=2, minutes=3),  # tests
-    "ci": Scale(limit=40, speed_samples=4, max_values=3, search_trials=8, population=4, minutes=10),
-    "full": Scale(limit=200, speed_samples=16, max_values=None, search_trials=32, population=8, minutes=60),
+    "smoke": Scale(limit=8, speed_samples=1, max_values=2, search_trials=2, population=2, minutes=3,  # tests
+                   trial_timeout_s=120),
+    "ci": Scale(limit=40, speed_samples=4, max_values=3, search_trials=8, population=4, minutes=10, trial_timeout_s=300),
+    "full": Scale(limit=200, speed_samples=16, max_values=None, search_trials=32, population=8, minutes=60,
+                  trial_timeout_s=600),
 }
 
 
@@ -132,7 +138,7 @@ def sweep_command(recipe: Recipe, scale: Scale, scale_name: str, out: Path,
     if not recipe.search:
         args.append("-m")
     args += [f"sweeps={recipe.name}", *EMBEDDED, f"benchmark.limit={scale.limit}",
-             f"run.speed_samples={scale.speed_samples}", "run.progress=false",
+             f"run.speed_samples={scale.speed_samples}", f"run.timeout_s={scale.trial_timeout_s}", "run.progress=false",
              f"study.name={study}", f"study.storage={out / 'optuna' / 'journal.log'}",
              f"study.artifact_dir={out / 'optuna' / 'artifacts'}"]
     if recipe.search:

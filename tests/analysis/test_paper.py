@@ -143,3 +143,16 @@ def test_bad_scale_and_recipe_are_one_line_errors(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "analysis", "paper", *args, "--out", str(tmp_path)], cwd=REPO,
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2 and proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1
+
+
+def test_every_trial_of_every_scale_has_a_time_limit(tmp_path):
+    """A search can propose a wavefront that never converges (it would run to the sampler's step cap for hours):
+    every sweep the runner starts caps its trials with run.timeout_s, above the slowest ordinary trial."""
+    from analysis.paper import ORDER, SCALES, Recipe, sweep_command
+
+    for name, scale in SCALES.items():
+        for recipe in ORDER:
+            cmd = sweep_command(Recipe.load(SWEEPS / f"{recipe}.yaml"), scale, name, tmp_path)
+            limits = [a for a in cmd if a.startswith("run.timeout_s=")]
+            assert limits == [f"run.timeout_s={scale.trial_timeout_s}"], (name, recipe)
+        assert scale.trial_timeout_s >= 60 * scale.minutes / 12  # ≥ an even share of the run's budget per recipe
