@@ -140,7 +140,7 @@ class Program:
         fn = torch.compile(piece, backend=backend, dynamic=False, fullgraph=True)
         # PATCHES hold while dynamo traces too: with freezing on, parameters become graph constants, not inputs
         # engine_options["inductor"]: overrides of PATCHES for this model (e.g. the tests' quick-compile settings)
-        patches = {**PATCHES, **getattr(self.model, "engine_options", {}).get("inductor", {})}
+        patches = {**PATCHES, **self.model.engine_options.get("inductor", {})}
         with api.fx_config.patch(use_duck_shape=False), api.inductor_config.patch(patches), torch.no_grad(), \
                 warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="TypedStorage is deprecated")  # inductor's autotuner, not ours
