@@ -56,7 +56,7 @@ class Scale:
     minutes: int          # the budget it is sized for, on 2 CPU cores (printed, not enforced)
     # run.timeout_s of every trial: a search may propose a configuration whose wavefront never converges (high η
     # and noise, r' = 1), which runs to the step cap (4·max_new_tokens·⌈r/r'⌉ steps per answer): hours, not seconds.
-    # It is recorded FAIL and the run goes on; at each scale ordinary trials take at most a fifth of this.
+    # It is recorded FAIL and the run goes on (at full scale the slowest ordinary trial took 96 s).
     trial_timeout_s: int
 
 
