@@ -1,6 +1,12 @@
 """fp32 with TF32 off: on CUDA every sampler gives the CPU's greedy tokens and statistics on the reference fixtures
 (raven_tiny and perturbed/), exactly, or where a sequence differs, its first differing token is a logit near-tie
-(:func:`tests.gpu.common.check_same`)."""
+(:func:`tests.gpu.common.check_same`).
+
+Only for configurations that draw no random numbers: α > 0 (random initial states) and β > 0 (noise) draw from the
+sequence's own generator on the model's device, and torch's CPU and CUDA generators give different streams for the
+same seed (measured on an H200: the one such configuration gave other exits and first tokens on CUDA). A seeded run is
+reproducible on its device (graphs against eager and batch against alone, tests/gpu/test_cuda_graphs.py and
+test_batching.py, cover those configurations), not across devices."""
 
 from __future__ import annotations
 
@@ -13,9 +19,11 @@ from tests.gpu.common import check_same, needs_cuda
 pytestmark = needs_cuda
 
 LIMITS = [16, 9, 20, 5, 12, 1, 14]  # new tokens per prompt, as tests/engine/test_batching.py
+DETERMINISTIC = [(i, s, p) for i, (s, p) in enumerate(CONFIGS) if not p.get("init_scale") and not p.get("beta")]
+assert len(DETERMINISTIC) < len(CONFIGS)  # the filter is the documented exception, not every config
 
 
-@pytest.mark.parametrize("sampler, params", CONFIGS, ids=[f"{s}-{i}" for i, (s, _) in enumerate(CONFIGS)])
+@pytest.mark.parametrize("sampler, params", [c[1:] for c in DETERMINISTIC], ids=[f"{s}-{i}" for i, s, _ in DETERMINISTIC])
 def test_cuda_fp32_gives_the_cpu_tokens_and_stats(fixture_dir, models, sampler, params):
     cpu, gpu = models(fixture_dir, "cpu"), models(fixture_dir, "cuda")
     prompts = batch_prompts(fixture_dir)

@@ -17,7 +17,9 @@ from recdiff.model import RecurrentDepthModel
 from tests.engine.test_memory import meta_huginn, predicted_bytes
 from tests.gpu.common import EMULATE, needs_cuda
 
-pytestmark = [needs_cuda, pytest.mark.skipif(EMULATE, reason="Huginn-0125's shapes need a GPU (RECDIFF_EMULATE_GPU=1)")]
+# one worker builds the 3.5B model once for all cases (xdist --dist loadgroup, as tests/gpu/device_check.sh runs it)
+pytestmark = [needs_cuda, pytest.mark.xdist_group("huginn"),
+              pytest.mark.skipif(EMULATE, reason="Huginn-0125's shapes need a GPU (RECDIFF_EMULATE_GPU=1)")]
 
 GB = 1e9
 NEW = 8  # new tokens per prompt: each sampler's every kind of step, and a few of them

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The prepared device check (tests/gpu/README.md): one run on a lent GPU machine, everything it prints under $OUT.
+#   run: bash tests/gpu/device_check.sh        (carry: shared)
+# Each step has its own time limit so that the whole ends inside one device call (10 min), and a failing step
+# does not stop the next. STEPS picks steps (default: all): env gpu-tests bench bench-rest profile cpu-tests.
+set -u -o pipefail
+export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}.
+OUT=${OUT:-/tmp/recdiff-device}; mkdir -p "$OUT"
+STEPS=${STEPS:-env gpu-tests bench bench-rest profile cpu-tests}
+# no hydra on the device machine: its pytest plugin is absent there; here, keep it from loading
+PYTEST="python3 -m pytest -p no:hydra_pytest -p no:cacheprovider -p tests.gpu.live_report -v -o console_output_style=classic"
+# a test that hangs fails alone (pytest-timeout, where installed) instead of taking the step's limit
+python3 -c "import pytest_timeout" 2>/dev/null && PYTEST="$PYTEST --timeout=150"
+step() { [[ " $STEPS " == *" $1 "* ]]; }
+run() {  # run NAME LIMIT_S CMD...: the step's output in $OUT/NAME.log, its exit status and time in $OUT/summary.txt
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  export LIVE_REPORT="$OUT/$name-failures.txt"
+  echo "=== $name: $*" | tee -a "$OUT/summary.txt"
+  timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
+  local rc=$?
+  echo "=== $name: exit $rc after $((SECONDS - t0)) s (limit $limit s)" | tee -a "$OUT/summary.txt"
+}
+if step env; then
+  { nvidia-smi; python3 -c "import sys, torch, transformers, numpy, safetensors; print(sys.version); print('torch',
+    torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__, 'numpy', numpy.__version__,
+    'safetensors', safetensors.__version__); print(torch.cuda.get_device_name(0))"; nproc; } > "$OUT/env.txt" 2>&1
+  cat "$OUT/env.txt"
+fi
+step gpu-tests && run gpu-tests ${GPU_TESTS_S:-300} $PYTEST tests/gpu -rA -n 8 --dist loadgroup
+step bench && run bench 130 python3 -m recdiff.bench --models huginn --device cuda --prompts 3 --max-new-tokens 32 \
+  --samplers "static r=32,diffusion fixed r'=4,diffusion defaults,static r=8,speculative 4×4"
+# random weights need not converge: the adaptive row may run to its cap, so it runs apart, under its own limit
+step bench-rest && run bench-rest 50 python3 -m recdiff.bench --models huginn --device cuda --prompts 3 \
+  --max-new-tokens 32 --samplers "adaptive ε=0.03"
+step profile && python3 -m recdiff.bench --help 2>/dev/null | grep -q -- --profile && run profile 60 python3 -m \
+  recdiff.bench --models huginn --device cuda --prompts 2 --max-new-tokens 16 --profile \
+  --samplers "static r=32,diffusion defaults"
+step cpu-tests && run cpu-tests 100 $PYTEST tests/engine tests/core -rfE
+cat "$OUT/summary.txt"
