@@ -1,4 +1,4 @@
-"""Optuna side of the sweeps (docs/architecture.md, "Studies"; README, "Failure semantics").
+"""Optuna side of the sweeps (docs/architecture.md, "Studies"; docs/sweeps.md, "Failure semantics").
 
 Objectives ``accuracy`` and ``tokens_per_s`` (both maximised, named with ``set_metric_names``); parameters named as
 the config keys with distributions from ``study.space``; user attributes with the measurements, the full resolved

@@ -3,7 +3,8 @@
 A Hydra callback (``conf/hydra/default.yaml``) tags the run with a token that every ``result.json`` of it carries
 (launchers start jobs in other processes, so the token travels in the environment), and at the end counts the
 states of the results under the run or sweep directory (the baselines it recorded apart: a sweep whose own trials all
-failed exits non-zero). ``sweep.py`` reads :data:`LAST` after Hydra returns.
+failed exits non-zero) and writes those counts to ``sweep.json`` there (:data:`SUMMARY_FILE`: what ran, for a
+program that starts sweeps, such as ``python -m analysis paper``). ``sweep.py`` reads :data:`LAST` after Hydra returns.
 
 At the end the callback also prints the speed-up table of the sweep's identities (:func:`print_speedup_table`):
 one row per COMPLETE trial of the study with those identities, with accuracy and its interval, tokens/s, the
@@ -28,12 +29,37 @@ from omegaconf import DictConfig
 from recdiff.study.record import SWEEP_TOKEN_ENV
 
 
+SUMMARY_FILE = "sweep.json"
+# what became of each configuration a sweep's jobs met (baselines included), by its result.json: see :func:`kind`
+KINDS = ("measured", "reused", "already_in_study", "running_elsewhere", "failed", "pruned")
+
+
+def kind(result: dict[str, Any]) -> str:
+    """``measured`` (computed by this sweep), ``reused`` (copied from another study of the storage that measured the
+    same configuration under the same identity), ``already_in_study`` (this study held it COMPLETE: skipped),
+    ``running_elsewhere`` (claimed by another process), ``failed``, ``pruned``."""
+    state = result.get("state")
+    if state == "SKIPPED":
+        return "running_elsewhere"
+    if state == "COMPLETE":
+        if result.get("skipped_duplicate"):
+            return "already_in_study"
+        return "reused" if "reused_from" in (result.get("user_attrs") or {}) else "measured"
+    return "failed" if state == "FAIL" else "pruned"
+
+
 @dataclass
 class Summary:
     root: Path
+    token: str = ""
     states: Counter = field(default_factory=Counter)
     baselines: Counter = field(default_factory=Counter)      # states of the baselines this sweep recorded
+    kinds: Counter = field(default_factory=Counter)          # :func:`kind` of every result, baselines included
     identities: list[Any] = field(default_factory=list)     # of this sweep's trials (skipped duplicates included)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"token": self.token, "states": dict(self.states), "baselines": dict(self.baselines),
+                "counts": {k: self.kinds[k] for k in KINDS}}
 
     @property
     def nothing_completed(self) -> bool:
@@ -50,7 +76,7 @@ LAST: Summary | None = None
 
 
 def summarize(root: Path, token: str) -> Summary:
-    summary = Summary(root)
+    summary = Summary(root, token)
     for f in root.rglob("result.json"):
         try:
             data = json.loads(f.read_text())
@@ -59,6 +85,7 @@ def summarize(root: Path, token: str) -> Summary:
         if data.get("sweep_token") != token:
             continue
         (summary.baselines if data.get("baseline") else summary.states)[str(data.get("state"))] += 1
+        summary.kinds[kind(data)] += 1
         identity = (data.get("user_attrs") or {}).get("identity")
         if identity is not None and identity not in summary.identities:
             summary.identities.append(identity)
@@ -101,6 +128,10 @@ class SweepStatus(Callback):
         token = os.environ.get(SWEEP_TOKEN_ENV)
         if token:
             LAST = summarize(Path(root), token)
+            try:
+                (Path(root) / SUMMARY_FILE).write_text(json.dumps(LAST.to_json(), indent=2) + "\n")
+            except OSError as exc:  # the trials are recorded; only this summary is missing
+                print(f"sweep summary not written: {exc}", file=sys.stderr, flush=True)
             print_speedup_table(Path(root), LAST.identities)
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:

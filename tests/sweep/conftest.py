@@ -13,7 +13,8 @@ from hydra.core.global_hydra import GlobalHydra
 
 REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "conf"
-SHARED = Path(os.environ.get("RECDIFF_SHARED", REPO.parent / "shared"))
+from tests.conftest import SHARED  # noqa: E402  (the fixtures the whole suite reads)
+
 FIXTURE = SHARED / "fixtures" / "raven_tiny"
 EMBEDDED = REPO / "recdiff" / "assets" / "embedded"
 
