@@ -109,6 +109,11 @@ class PairedTiming:
     reference_tokens: np.ndarray
     reference_seconds: np.ndarray
 
+    def prompt_seconds(self) -> np.ndarray:
+        """Per timed prompt, the median over rounds of the seconds the trial's sampler took (the per-sample table's
+        `time_s`)."""
+        return np.median(self.seconds, axis=0)
+
     def attrs(self) -> dict[str, Any]:
         """The trial's user attributes (scalars, docs/architecture.md): everything but the objective itself."""
         return {"tokens_per_s_lo": self.tokens_per_s_lo, "tokens_per_s_hi": self.tokens_per_s_hi,

@@ -70,6 +70,8 @@ def test_protocol_alternates_excludes_warmup_and_records_medians():
     assert res.speedup_lo <= res.speedup <= res.speedup_hi
     assert res.tokens_per_s_lo >= min(rate_a.values()) and res.tokens_per_s_hi <= max(rate_a.values())
     assert res.timing_rounds == rounds and res.threads == 1
+    np.testing.assert_allclose(res.prompt_seconds(), [statistics.median(sec_a[(r, i)] for r in range(rounds))
+                                                      for i in range(prompts)])
     assert torch.get_num_threads() == before   # the thread count is restored after timing
     attrs = res.attrs()
     assert set(attrs) == {"tokens_per_s_lo", "tokens_per_s_hi", "speedup", "speedup_lo", "speedup_hi",
