@@ -321,9 +321,9 @@ def wavefront_growth(df: pl.DataFrame) -> list[Check]:
     w, v = m["wavefront"].to_list(), [row_est(r, speed) for r in m.iter_rows(named=True)]
     top = max(e.value for e in v)
     first, last = _saturation(w, v)
-    at = f"W = {first}" if first == last else f"W = {first}–{last} within the intervals"
-    if not all(e.known for e in v):
-        at += " (no interval recorded)"
+    known = all(e.known for e in v)
+    at = f"W = {first}" if first == last else \
+        f"W = {first}–{last} {'within the intervals' if known else '(no interval recorded)'}"
     passed = True if 64 <= first and last <= 128 else False if last < 64 or first > 128 else None
     checks = [Check(f"{SPEED_NAMES[speed]} first within 5% of its maximum ({top:.3g}) at {at} (needs 64–128)", passed)]
     mid = [(x, e) for x, e in zip(w, v) if 64 <= x <= 128]
@@ -544,7 +544,7 @@ def diffusion_speedup(df: pl.DataFrame) -> list[Check]:
     if paired.is_empty():
         best = diff.sort("tokens_per_s").row(-1, named=True)
         speed = Check(f"fastest diffusion row ({best['setting'] or 'defaults'}): speed-up unknown, its trials were not "
-                      "timed against static AR (r=32) in the same rounds (recorded before paired timing; needs ≥ 4x)",
+                      "timed against static AR (r=32) in the same rounds, as recorded before paired timing (needs ≥ 4x)",
                       None)
     else:
         best = paired.sort("speedup").row(-1, named=True)
