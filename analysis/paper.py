@@ -32,7 +32,7 @@ from typing import Any
 
 import polars as pl
 
-from analysis.claims import CLAIMS, Claim, Verdict, judge_all
+from analysis.claims import CLAIMS, Claim, Verdict, count_outcomes, judge_all
 from recdiff.errors import RecdiffError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -254,6 +254,24 @@ def _interval(trials: dict[str, pl.DataFrame]) -> tuple[int | None, float | None
     return n, float((100 * (df["accuracy_high"] - df["accuracy_low"]) / 2).median())
 
 
+def _speed_width(trials: dict[str, pl.DataFrame]) -> str:
+    """How wide the speed intervals were: the median half-width of tokens/s and of the paired speed-up, in % of the
+    value, and the rounds they were timed over; or why there are none."""
+    cols = ("tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi", "speedup", "speedup_lo", "speedup_hi",
+            "timing_rounds")
+    frames = [df.filter(pl.col("state") == "COMPLETE").select(cols) for df in trials.values()
+              if set(cols) <= set(df.columns)]
+    df = pl.concat(frames, how="vertical_relaxed").drop_nulls() if frames else pl.DataFrame()
+    if df.is_empty():
+        return ("The trials carry no paired timing (no tokens/s interval, no speed-up timed against static AR in the "
+                "same rounds): every check of a speed is inconclusive.")
+    tps = float((50 * (df["tokens_per_s_hi"] - df["tokens_per_s_lo"]) / df["tokens_per_s"]).median())
+    sp = float((50 * (df["speedup_hi"] - df["speedup_lo"]) / df["speedup"]).median())
+    return (f"Speed is timed in {int(df['timing_rounds'].median())} rounds alternating each trial's sampler with "
+            f"static AR (r=32) on the same problems: the 95% intervals are about ±{tps:.0f}% for tokens/s and ±{sp:.0f}% "
+            "for the paired speed-up (median over the trials).")
+
+
 def _figure_link(out: Path, claim: Claim) -> str | None:
     png = out / "figures" / claim.recipe / f"{claim.figure}.png"
     return f"figures/{claim.recipe}/{claim.figure}.png" if png.is_file() else None
@@ -271,8 +289,13 @@ def write_report_md(out: Path, scale_name: str, runs: list[dict], verdicts: list
     if n is not None:
         md += [f"Accuracy is measured on {n} problems per trial: its 95% intervals are about ±{half:.1f} points, so "
                "accuracy differences smaller than that are within sampling noise.", ""]
-    md += ["Each verdict is computed from the studies by `analysis/claims.py` (thresholds next to each check): "
-           "**agrees** when every check passes, **disagrees** when none does, **partly** otherwise.", "",
+    md += [_speed_width(trials), ""]
+    counts = count_outcomes([v for _, v in verdicts])
+    md += ["Each verdict is computed from the studies by `analysis/claims.py` (thresholds next to each check, with "
+           "the 95% interval of each number): a check passes (✓) or fails (✗) only when its interval lies on one "
+           "side of the threshold, else it is inconclusive (?); **agrees** when every check passes, **disagrees** "
+           "when one fails, **inconclusive** otherwise, **n/a** when the data cannot test the claim.", "",
+           "Verdicts: " + ", ".join(f"{k} {v}" for k, v in counts.items()) + ".", "",
            "| figure | paper | claim | verdict | evidence |", "|---|---|---|---|---|"]
     for claim, v in verdicts:
         link = _figure_link(out, claim)
@@ -345,7 +368,8 @@ def run_paper(out: str | Path = "outputs/paper", scale: str = "ci", only: Sequen
                                                 "seconds": round(seconds, 1),
                                                 "storage": _storage(out), "runs": runs}, indent=2) + "\n")
     for c, v in verdicts:
-        say(f"  {v.status:>9}  {c.recipe}/{c.figure}: {c.text}")
+        say(f"  {v.status:>12}  {c.recipe}/{c.figure}: {c.text}")
+    say("verdicts: " + ", ".join(f"{k} {v}" for k, v in count_outcomes([v for _, v in verdicts]).items()))
     say(f"report: {report} ({seconds / 60:.1f} min)")
     failed = [r["recipe"] for r in runs if r["returncode"] != 0]
     if failed:
