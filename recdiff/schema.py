@@ -168,8 +168,9 @@ class TrialSpec:
 
 # ------------------------------------------------------------------------------------------------ plan
 def _plain(value: Any) -> Any:
-    """Nested dataclasses, dicts and lists as JSON-like values, enums as their values (as OmegaConf's
-    ``to_container(enum_to_str=True)`` gives them)."""
+    """Nested dataclasses, dicts and lists as JSON-like values, enums as their values: what OmegaConf's
+    ``to_container(enum_to_str=True)`` gives for the composed config, without a round trip through OmegaConf (a few
+    hundred times slower, and a trial needs it several times)."""
     if dataclasses.is_dataclass(value):
         return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):

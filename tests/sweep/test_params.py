@@ -61,3 +61,14 @@ def test_values_set_in_python_get_the_declared_types():
     assert p.beta == 1.0 and isinstance(p.beta, float) and p.beta_schedule.value == "sqrt"
     assert config_hash(compose_plan(["sampler.beta=1", "sampler.beta_schedule=sqrt"]).with_sampler(beta=1)) == \
         config_hash(compose_plan(["sampler.beta=1.0", "sampler.beta_schedule=sqrt"]))
+
+
+@pytest.mark.parametrize("overrides", [[], ["sampler=static"], ["sweeps=table1"], ["study=search"],
+                                       ["sampler.beta_schedule=sqrt", "sampler.r_freeze=8"]])
+def test_the_plan_holds_the_composed_config(overrides):
+    """What a trial records as its config (and hashes) is the config Hydra composed."""
+    from omegaconf import OmegaConf
+
+    cfg = compose_cfg(overrides)
+    assert compose_plan(overrides).as_dict() == OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+
