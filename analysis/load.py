@@ -23,7 +23,7 @@ from recdiff.errors import RecdiffError
 from recdiff.study.identity import differences, trial_identity
 from recdiff.study.identity import key as identity_key
 from recdiff.study.journal import JournalFile, replayed
-from recdiff.study.storage import sqlalchemy_url
+from recdiff.study.connect import sqlalchemy_url
 
 DEFAULT_STORAGE = Path("outputs/optuna/journal.log")
 ATTR_COLUMNS: tuple[str, ...] = (

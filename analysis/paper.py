@@ -107,11 +107,11 @@ def recipes(only: Sequence[str] | None = None) -> list[Recipe]:
 
 def _default(key: str) -> str | None:
     """The sampler's default for a swept `sampler.<key>` (kept when a scale thins the values)."""
-    from recdiff.schema import SAMPLER_SCHEMAS
+    from recdiff.schema import SAMPLER_PARAMS
 
     if not key.startswith("sampler."):
         return None
-    v = getattr(SAMPLER_SCHEMAS["diffusion"](), key.split(".", 1)[1], None)
+    v = getattr(SAMPLER_PARAMS["diffusion"](), key.split(".", 1)[1], None)
     return None if v is None else str(v).lower() if isinstance(v, bool) else str(v)
 
 

@@ -18,7 +18,7 @@ from analysis.load import check_identities, load_samples, load_trials, resolve, 
 from analysis.pareto import hypervolume_interval, knee, noisy_pareto_front, pareto_front
 from analysis.tables import format_speedup, sampler_table, speedup_table
 from recdiff.errors import RecdiffError
-from recdiff.schema import SAMPLER_SCHEMAS
+from recdiff.params import SAMPLER_PARAMS
 
 # (swept parameter, grouping parameter): the paper's one-parameter trade-off figures.
 TRADEOFFS: tuple[tuple[str, str | None], ...] = (
@@ -141,7 +141,7 @@ def example_traces(traced: list[dict], keys: Sequence[str], n: int = 3) -> list[
     return distinct[:n]
 
 
-DEFAULT_R_INNER = SAMPLER_SCHEMAS["diffusion"]().r_inner   # the paper's r′ (4), the sampler's default
+DEFAULT_R_INNER = SAMPLER_PARAMS["diffusion"]().r_inner   # the paper's r′ (4), the sampler's default
 
 
 def _settings_title(row: dict, keys: Sequence[str]) -> str:

@@ -6,10 +6,8 @@ states of the results under the run or sweep directory (the baselines it recorde
 failed exits non-zero) and writes those counts to ``sweep.json`` there (:data:`SUMMARY_FILE`: what ran, for a
 program that starts sweeps, such as ``python -m analysis paper``). ``sweep.py`` reads :data:`LAST` after Hydra returns.
 
-At the end the callback also prints the speed-up table of the sweep's identities (:func:`print_speedup_table`):
-one row per COMPLETE trial of the study with those identities, with accuracy and its interval, tokens/s, the
-speed-up over static AR at r=32 and the accuracy change in points (``analysis.tables.speedup_table``, the numbers
-of the report and Table 1).
+The summary also holds the identities of the sweep's trials, for the closing speed-up table that ``sweep.py`` prints
+with the analysis (the library does not import the analysis, which is built on it).
 """
 
 from __future__ import annotations
@@ -92,31 +90,6 @@ def summarize(root: Path, token: str) -> Summary:
     return summary
 
 
-def print_speedup_table(root: Path, identities: list[Any], out: Any = None) -> None:
-    """The study's COMPLETE trials of these identities, relative to static AR at r=32 (nothing when the sweep
-    recorded no identity). Never fails the sweep: a table that cannot be made is one line on stderr."""
-    if not identities or not (root / "study.json").is_file():
-        return
-    try:
-        import polars as pl
-
-        from analysis.load import load_trials
-        from analysis.tables import format_speedup, speedup_table
-        from recdiff.study.identity import key
-
-        df = load_trials(root)
-        df = df.filter(pl.col("identity").is_in([key(i) for i in identities]))
-        table = speedup_table(df)
-        name = df["study"][0]
-        text = format_speedup(table)
-    except Exception as exc:  # noqa: BLE001 — the trials are recorded; only the summary is missing
-        print(f"speed-up table: not shown ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})",
-              file=sys.stderr, flush=True)
-        return
-    print(f"\nstudy {name}: {table.height} trials, relative to static AR (r=32)\n{text}", file=out or sys.stdout,
-          flush=True)
-
-
 class SweepStatus(Callback):
     def _start(self) -> None:
         global LAST
@@ -132,7 +105,6 @@ class SweepStatus(Callback):
                 (Path(root) / SUMMARY_FILE).write_text(json.dumps(LAST.to_json(), indent=2) + "\n")
             except OSError as exc:  # the trials are recorded; only this summary is missing
                 print(f"sweep summary not written: {exc}", file=sys.stderr, flush=True)
-            print_speedup_table(Path(root), LAST.identities)
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._start()

@@ -33,6 +33,13 @@ def compose_cfg(overrides: list[str] = ()):
         return compose(config_name="config", overrides=[*overrides, f"hydra.searchpath=[file://{REPO}]"])
 
 
+def compose_plan(overrides: list[str] = ()):
+    """The typed plan of a composed config (every setting checked), as a sweep job builds it."""
+    from recdiff.schema import make_plan
+
+    return make_plan(compose_cfg(overrides))
+
+
 def run_sweep(args: list[str], timeout: float = 240, env: dict | None = None, check: bool = True,
               **kw) -> subprocess.CompletedProcess:
     e = {**os.environ, "PYTHONUNBUFFERED": "1", "RECDIFF_SHARED": str(SHARED), **(env or {})}
