@@ -2,7 +2,9 @@
 
 :func:`fault_args` adds a Hydra callback to a sweep's command line (``hydra.callbacks`` are not part of a trial's
 configuration): job i of the sweep gets ``faults[i]``, raised (or slept, or killed) where the trial's first decoding
-pass starts, inside the trial's deadline and memory watch, as a real failure there would be.
+pass starts, inside the trial's deadline and memory watch, as a real failure there would be. ``reference`` instead
+gives the trial a reference whose every decoding call fails (settings the sampler refuses), as a reference that cannot
+be timed would.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-FAULTS = ("error", "oom", "hang", "kill", "invalid")
+FAULTS = ("error", "oom", "hang", "kill", "invalid", "reference")
 
 
 def inject(fault: str | None) -> None:
@@ -51,6 +53,10 @@ class InjectFault(Callback):
         num = OmegaConf.select(HydraConfig.get(), "job.num", default=0)   # a single run has no job number
         fault = self.faults[int(num) % len(self.faults)]
         self.original = original = measure.accuracy_pass
+        self.original_reference = measure.reference_gen
+        if fault == "reference":
+            measure.reference_gen = lambda trial, base: {**base, "sampler": "static", "r": 0}
+            fault = None
 
         def faulty(*args: Any, **kw: Any) -> Any:
             inject(fault)
@@ -62,6 +68,7 @@ class InjectFault(Callback):
         from recdiff.trial import measure
 
         measure.accuracy_pass = self.original
+        measure.reference_gen = self.original_reference
 
 
 def fault_args(*faults: str | None) -> list[str]:
