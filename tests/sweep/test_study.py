@@ -4,7 +4,6 @@ failures and stale heartbeats. (The real runner is exercised by test_cli.py in s
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import optuna
@@ -22,6 +21,7 @@ from .conftest import compose_plan
 
 class FakeWork:
     device = "cpu"
+    threads = None
 
 
 def identity(plan) -> dict:
@@ -30,7 +30,7 @@ def identity(plan) -> dict:
 
 
 def grid_trial(plan, study, job_dir):
-    return rs.run_grid_trial(plan, study, FakeWork(), job_dir, identity(plan))
+    return rs.run_grid_trial(plan, study, FakeWork, job_dir, identity(plan))
 
 
 def search(plan, study, job_dir):
@@ -154,13 +154,15 @@ def test_search_runs_resumes_to_the_total_and_skips_duplicates(tmp_path, monkeyp
 def test_stale_running_trial_is_failed_and_retried(tmp_path, monkeypatch):
     calls: list = []
     monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial(calls))
+    now = [1_000_000.0]
+    monkeypatch.setattr(rs.storage, "clock", lambda: now[0])   # the heartbeats' clock
     plan = search_plan(tmp_path, "study.n_trials=1", "study.search=[r_inner]")   # grace period: the storage's
     storage = rs.open_storage(plan.study.storage, heartbeat_interval=1, grace_period=1)
     study = rs.open_study(plan.study, storage, rs.make_sampler(plan.study))
     dead = study.ask(plan.search_space())           # a worker that asked, then died without a heartbeat
     dead.set_user_attr("n_samples", 99)             # something the failed attempt had measured
     rs.record_heartbeat(study, dead)
-    time.sleep(1.5)
+    now[0] += 1.5
     study = rs.open_study(plan.study, rs.open_storage(plan.study.storage, 1, 1), rs.make_sampler(plan.study))
     search(plan, study, tmp_path / "job")
     trials = study.get_trials()
