@@ -3,9 +3,10 @@
 1. **plan**: the typed plan, every setting checked (:func:`recdiff.schema.make_plan`);
 2. **prepare**: write access, the benchmark slice, the checkpoint and its tokenizer (:func:`recdiff.trial.prepare`);
 3. **open the study**: the trials' identity, refused when the study holds trials measured otherwise; ``study.json``;
-4. **the job**: a grid job takes its configuration (claims it, or finds it COMPLETE) *before* the model loads, then
-   loads it (cached per process) and records the baselines it owes and its trial (:mod:`~recdiff.study.grid`,
-   :mod:`~recdiff.study.baselines`); a search loads it and runs an ask/tell loop (:mod:`~recdiff.study.search`).
+4. **load the model** (cached per process), in a grid job only once it has taken its configuration (claimed it, or
+   found it COMPLETE, waiting while another live process holds it) and only when something is to be measured;
+5. **the job**: the baselines a grid job owes and its trial (:mod:`~recdiff.study.grid`,
+   :mod:`~recdiff.study.baselines`), or an ask/tell loop (:mod:`~recdiff.study.search`).
 
 A failure in phases 1-3 is a configuration error: one :class:`RecdiffError` line, nothing recorded, no model loaded.
 Torch's CPU threads are the job's share of the machine from its start (:mod:`~recdiff.study.resources`).

@@ -7,7 +7,8 @@ pass starts, inside the trial's deadline and memory watch, as a real failure the
 Faults of the world around a trial run commands the test gives in the environment: ``db_restart`` stops the storage's
 database server (``RECDIFF_FAULT_DB_STOP``), waits past a heartbeat and starts it again (``RECDIFF_FAULT_DB_START``),
 mid-trial and again between trials; ``db_down`` stops it mid-trial; ``fill_disk`` fills the filesystem of the folder
-``RECDIFF_FAULT_FILL`` mid-trial. ``hang`` touches ``RECDIFF_FAULT_READY`` (when set) once it hangs.
+``RECDIFF_FAULT_FILL`` mid-trial (or, where that names a file, limits the sweep's file size to a little more than
+that file's: where no small filesystem can be mounted, the file stands for a full disk). ``hang`` touches ``RECDIFF_FAULT_READY`` (when set) once it hangs.
 """
 
 from __future__ import annotations
@@ -35,9 +36,16 @@ def db_restart() -> None:
     _run("RECDIFF_FAULT_DB_START")
 
 
-def fill_disk(folder: str) -> None:
-    """Write a file until the filesystem has no byte left."""
-    with open(os.path.join(folder, "filler"), "wb", buffering=0) as f:
+def fill_disk(target: str) -> None:
+    """Write a file until the filesystem of the folder ``target`` has no byte left; for a file ``target``, limit
+    this process's file size to 200 bytes past its size (its next large write is cut short, then fails)."""
+    if os.path.isfile(target):
+        import resource
+
+        hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+        resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(target) + 200, hard))
+        return
+    with open(os.path.join(target, "filler"), "wb", buffering=0) as f:
         for block in (1 << 20, 1 << 12, 1):
             try:
                 while True:

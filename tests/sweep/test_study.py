@@ -175,6 +175,32 @@ def test_stale_running_trial_is_failed_and_retried(tmp_path, monkeypatch):
     assert rs.count_trials(study) == (1, 0)
 
 
+def test_a_searched_trial_whose_worker_keeps_dying_is_requeued_at_most_max_retry_times(tmp_path, monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial(calls))
+    now = [1_000_000.0]
+    monkeypatch.setattr(rs.storage, "clock", lambda: now[0])   # the heartbeats' clock
+    plan = search_plan(tmp_path, "study.n_trials=1", "study.search=[r_inner]", "study.max_retry=2")
+
+    def open_():
+        storage = rs.open_storage(plan.study.storage, 1, 5, plan.study.max_retry)
+        return rs.open_study(plan.study, storage, rs.make_sampler(plan.study))
+
+    study = open_()
+    for attempt in range(3):   # the first run and its two retries each lose their worker
+        trial = study.ask(plan.search_space())   # pops the re-queued retry first
+        rs.record_heartbeat(study, trial)
+        now[0] += 6                              # past the grace period (5 s)
+        assert len(rs.fail_stale_trials(open_())) == 1
+        study = open_()
+        assert len(study.get_trials(states=(TrialState.WAITING,))) == (attempt < 2)
+    dead = study.get_trials()
+    assert [t.state for t in dead] == [TrialState.FAIL] * 3 and len({str(t.params) for t in dead}) == 1
+    assert [t.system_attrs.get("retry_history") for t in dead] == [None, [0], [0, 1]]
+    search(plan, study, tmp_path / "job")        # the search goes on with a new proposal; dead attempts do not count
+    assert rs.count_trials(study) == (1, 0) and len(calls) == 1
+
+
 def test_worker_that_asks_for_a_place_another_took_first_steps_back(tmp_path, monkeypatch):
     """Workers count, then ask: with one place left, two may ask. The later-numbered ask is pruned as surplus
     and not counted; the worker waits for the other one's trial instead of running a trial over n_trials."""
