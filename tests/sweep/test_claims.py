@@ -191,6 +191,7 @@ def test_a_configuration_whose_worker_died_more_than_max_retry_times_is_not_run_
     calls: list = []
     monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial(calls))
     FakeClock(monkeypatch)
+    monkeypatch.setenv(rs.record.SWEEP_TOKEN_ENV, "sweep-1")
     plan = grid_plan(tmp_path, "study.max_retry=1", "study.grace_period=3600")
     study = open_(plan)
     for attempt in range(2):                       # the first run and its one retry: each kills its worker
@@ -204,9 +205,13 @@ def test_a_configuration_whose_worker_died_more_than_max_retry_times_is_not_run_
     assert calls == []
     result = json.loads((tmp_path / "job" / "result.json").read_text())
     assert result["state"] == "SKIPPED" and result["retries_exhausted"] == 2
-    from recdiff.study.sweep_status import kind
+    from recdiff.study.sweep_status import kind, summarize
 
     assert kind(result) == "retries_exhausted"
+    summary = summarize(tmp_path, "sweep-1")   # the sweep exits 1 with this line, and prints no table
+    assert summary.missing == 1 and str(summary) == (
+        f"1 configuration of this sweep not recorded (1 retries exhausted; study.max_retry limits how often a "
+        f"configuration whose worker died runs again); see {tmp_path}")
     assert [t.state for t in study.get_trials()] == [TrialState.FAIL, TrialState.FAIL]
     assert study.get_trials()[1].system_attrs["failed_trial"] == 0
     # raising the limit runs it again
