@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar, List, Optional, Sequence
 
-from omegaconf import MISSING
+# omegaconf.MISSING's value, spelled out: the declarations stay OmegaConf structured configs without importing it, so
+# the engine and samplers (which read them) run where only torch, numpy and safetensors are installed (a GPU box)
+MISSING: Any = "???"
 
 from recdiff.checks import (Check, Rule, at_most, boolean, half_open_unit, is_int, non_negative, non_negative_int,
                             one_of, optional, positive, positive_int, recurrence, unit_interval, validate)

@@ -147,11 +147,11 @@ class RunConfig:
     speed_samples: int = 3                # problems timed one at a time (batch 1), in run.repeats rounds
     repeats: int = 3                      # rounds of paired timing: each timed problem, sampler then reference
     reference: str = DEFAULT_REFERENCE    # the sampler every speed-up is timed against, in the same rounds
-    timing_threads: Optional[int] = DEFAULT_TIMING_THREADS   # torch threads while timing (null = run.threads)
+    timing_threads: Optional[int] = DEFAULT_TIMING_THREADS   # torch threads while timing (null = the job's threads)
     warmup: int = 1                       # untimed generate calls before measuring
     n_traces: int = 2                     # samples whose diffusion trace is saved (stability pictures)
     timeout_s: Optional[float] = None     # per trial; the trial is FAIL when it runs longer
-    threads: Optional[int] = None         # torch CPU threads (null = torch's default)
+    threads: Optional[int] = None         # torch CPU threads (null = the job's share: cores ÷ workers on the machine)
     progress: bool = True                 # tqdm bar over the samples (stderr)
 
     def __post_init__(self) -> None:
@@ -171,12 +171,12 @@ class RunConfig:
         if self.speed_samples < 1:
             raise RecdiffError(f"run.speed_samples={self.speed_samples!r} must be >= 1")
         if self.threads is not None and self.threads < 1:
-            raise RecdiffError(f"run.threads={self.threads!r} must be >= 1 (or null: torch's default)")
+            raise RecdiffError(f"run.threads={self.threads!r} must be >= 1 (or null: the job's share of the cores)")
         if not is_int(self.repeats) or self.repeats < 2:
             raise RecdiffError(f"run.repeats={self.repeats!r} must be an integer >= 2 (rounds of paired timing; "
                                "an interval needs two)")
         if self.timing_threads is not None and self.timing_threads < 1:
-            raise RecdiffError(f"run.timing_threads={self.timing_threads!r} must be >= 1 (or null: run.threads)")
+            raise RecdiffError(f"run.timing_threads={self.timing_threads!r} must be >= 1 (or null: the job's threads)")
         self.reference_sampler()
 
     def reference_sampler(self) -> SamplerParams:
