@@ -67,7 +67,7 @@ SCALES: dict[str, Scale] = {
                    trial_timeout_s=120),
     # ci: speed_samples × repeats paired cells per trial narrow the speed-up's interval to a few per cent (the
     # report states how wide), enough to decide most speed checks, in ≤ 15 minutes on 2 CPU cores
-    "ci": Scale(limit=40, speed_samples=3, repeats=3, max_values=3, search_trials=8, population=4, minutes=15,
+    "ci": Scale(limit=40, speed_samples=2, repeats=3, max_values=3, search_trials=8, population=4, minutes=15,
                 trial_timeout_s=300),
     "full": Scale(limit=200, speed_samples=16, repeats=5, max_values=None, search_trials=32, population=8, minutes=60,
                   trial_timeout_s=600),
