@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from recdiff.errors import RecdiffError
-from recdiff.timing import PairedTiming, PeakMemory, ReferenceTimingError, Sample, Timer, paired_timing
+from recdiff.timing import (PairedTiming, PeakMemory, ReferenceTimingError, Sample, Timer, paired_timing,
+                            torch_threads)
 from recdiff.tokenizer import ByteCodec, encode_prompt
 from recdiff.trial.deadline import deadline
 from recdiff.trial.samples import record_samples
@@ -119,13 +120,14 @@ def speed_pass(work: Workload, run: RunConfig, gen: dict[str, Any], ref_gen: dic
     then ``run.warmup`` calls of each). A reference that fails raises ReferenceTimingError: the trial is FAIL."""
     import recdiff
 
-    for _ in range(run.warmup):
-        recdiff.warm_up(work.model, prompts.ids[:n], batch_size=1, **_warm(gen, prompts.limits[:n]))
-        if ref_gen is not None:
-            try:
-                recdiff.warm_up(work.model, prompts.ids[:n], batch_size=1, **_warm(ref_gen, prompts.limits[:n]))
-            except RecdiffError as exc:   # the reference's settings, not the trial's: FAIL, not PRUNED
-                raise ReferenceTimingError(f"reference measurement failed: {exc}") from exc
+    with torch_threads(run.timing_threads):   # warmed on the threads it is timed on
+        for _ in range(run.warmup):
+            recdiff.warm_up(work.model, prompts.ids[:n], batch_size=1, **_warm(gen, prompts.limits[:n]))
+            if ref_gen is not None:
+                try:
+                    recdiff.warm_up(work.model, prompts.ids[:n], batch_size=1, **_warm(ref_gen, prompts.limits[:n]))
+                except RecdiffError as exc:   # the reference's settings, not the trial's: FAIL, not PRUNED
+                    raise ReferenceTimingError(f"reference measurement failed: {exc}") from exc
     reference = alone(work, ref_gen, prompts) if ref_gen is not None else None
     return paired_timing(alone(work, gen, prompts), reference, n, rounds=run.repeats, warmup=run.warmup,
                          device=work.device, threads=run.timing_threads, seed=run.seed, progress=lambda: tick(1))
