@@ -131,7 +131,7 @@ def test_headway_schedule_counters_and_padding():
     assert st["tokens_forward"] == 4 * L + 2 * (1 + 3 + 4 + 4 + 4)
     # prompt positions: the prefill's r; the states at L … L+6 two steps each; the state at L+7 entered at step 4
     assert st["recurrences_per_position"] == [4] * L + [4] * 7 + [2]
-    assert st["frozen_at_step"] == [0, 1, 2, 2, 3, 3, 4, 4]
+    assert st["frozen_at_step"] == [0, 2, 3, 3, 4, 4, 5, 5]  # the step that froze each token (0: the prefill)
     tr = res.trace
     assert list(tr.frozen) == [L + 1, L + 2, L + 4, L + 6, L + 8]
     # after step 1: the proposal for L+1 and the padding the second new state consumes at L+2; after step 2 the
