@@ -2,7 +2,8 @@
 
 Each Hydra job either runs one trial and records it in the Optuna study (``study.mode=grid``) or runs an
 ask/tell loop until the study holds ``study.n_trials`` trials (``study.mode=search``). Everything but the
-entry point lives in :mod:`recdiff.study` (Optuna) and :mod:`recdiff.trial` (config -> measurements).
+entry point and the closing speed-up table lives in :mod:`recdiff.study` (Optuna), :mod:`recdiff.trial` (a trial's
+measurements) and :mod:`recdiff.schema` (the typed plan).
 Bad input (a config typo, a wrong type, an out-of-range setting, an unknown or unwritable storage, a missing model)
 ends with one line ``error: ...`` on stderr and exit code 2, before any model loads and with nothing recorded
 (``RECDIFF_TRACEBACK=1`` shows the traceback instead). A sweep that recorded trials and completed none exits 1.
@@ -14,6 +15,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import hydra
 from omegaconf import DictConfig
@@ -25,7 +27,7 @@ REPO = Path(__file__).resolve().parent
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> tuple[float, float] | None:
-    from recdiff.schema import describe_error
+    from recdiff.errors import describe_error
     from recdiff.study import run_job
 
     try:
@@ -35,6 +37,32 @@ def main(cfg: DictConfig) -> tuple[float, float] | None:
             raise
         print(f"error: {describe_error(exc)}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
+
+
+def print_speedup_table(root: Path, identities: list[Any]) -> None:
+    """The study's COMPLETE trials of the sweep's identities, relative to static AR at r=32: accuracy with its
+    interval, tokens/s, speed-up and accuracy change in points (``analysis.tables.speedup_table``, the numbers of the
+    report and Table 1). Nothing when the sweep recorded no identity; a table that cannot be made is one line on
+    stderr, never a failed sweep (the trials are recorded; only the summary is missing)."""
+    if not identities or not (root / "study.json").is_file():
+        return
+    try:
+        import polars as pl
+
+        from analysis.load import load_trials
+        from analysis.tables import format_speedup, speedup_table
+        from recdiff.study.identity import key
+
+        df = load_trials(root)
+        df = df.filter(pl.col("identity").is_in([key(i) for i in identities]))
+        table = speedup_table(df)
+        name = df["study"][0]
+        text = format_speedup(table)
+    except Exception as exc:  # noqa: BLE001
+        print(f"speed-up table: not shown ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})",
+              file=sys.stderr, flush=True)
+        return
+    print(f"\nstudy {name}: {table.height} trials, relative to static AR (r=32)\n{text}", flush=True)
 
 
 def with_search_path(argv: list[str]) -> list[str]:
@@ -71,7 +99,7 @@ def cli(argv: list[str] | None = None) -> int:
         print("error: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # composition errors, RecdiffError, unknown storage, a SLURM job without result ...
-        from recdiff.schema import describe_error
+        from recdiff.errors import describe_error
         from recdiff.study.slurm import job_failure
 
         if os.environ.get("RECDIFF_TRACEBACK"):
@@ -81,6 +109,8 @@ def cli(argv: list[str] | None = None) -> int:
             return failed[1]
         print(f"error: {describe_error(exc)}", file=sys.stderr)
         return 2
+    if sweep_status.LAST is not None:
+        print_speedup_table(sweep_status.LAST.root, sweep_status.LAST.identities)
     if sweep_status.LAST is not None and sweep_status.LAST.nothing_completed:
         print(f"error: {sweep_status.LAST}", file=sys.stderr)
         return 1

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from recdiff.params import declarations
+
 # Sampler keys in docs/architecture.md order; every trials table carries all of them.
 SAMPLER_KEYS: tuple[str, ...] = (
     "r_inner", "beta", "beta_schedule", "eta", "epsilon", "wavefront", "headway", "init_scale",
@@ -12,22 +14,9 @@ OBJECTIVES: tuple[str, ...] = ("accuracy", "tokens_per_s")
 DIRECTIONS: tuple[str, ...] = ("maximize", "maximize")
 BASELINES: tuple[str, ...] = ("static", "adaptive", "speculative")
 
+# The samplers' parameters label themselves (recdiff/params.py: the symbol, or a short name where the paper has none).
 LABELS: dict[str, str] = {
-    "r": "r",
-    "r_inner": "r′",
-    "beta": "β_t",
-    "beta_schedule": "β_t schedule",
-    "eta": "η",
-    "epsilon": "ε",
-    "wavefront": "max wavefront",
-    "headway": "headway",
-    "init_scale": "α",
-    "continuous_compute": "continuous compute",
-    "freeze": "freeze",
-    "kv_cache": "KV cache",
-    "r_draft": "draft depth",
-    "lookahead": "lookahead",
-    "max_steps": "max steps",
+    **{key: p.plot_label(key) for key, p in declarations().items()},
     "sampler": "sampler",
     "benchmark": "benchmark",
     "accuracy": "accuracy",
@@ -64,11 +53,7 @@ def setting(key: str, value: Any) -> str:
     return f"{label(key)}={fmt_value(value)}"
 
 # LaTeX symbols for the same keys (Table 1 row labels are typeset as in the paper).
-LATEX_LABELS: dict[str, str] = {
-    "r": "r", "r_inner": "r'", "beta": r"\beta_t", "eta": r"\eta", "epsilon": r"\varepsilon",
-    "init_scale": r"\alpha", "wavefront": r"W", "headway": r"\text{headway}",
-    "r_draft": r"r_{\text{draft}}", "lookahead": r"\text{lookahead}",
-}
+LATEX_LABELS: dict[str, str] = {key: p.latex for key, p in declarations().items() if p.latex}
 
 BENCHMARK_NAMES: dict[str, str] = {
     "gsm8k": "GSM8K", "math500": "MATH500", "humaneval": "HumanEval", "mbpp": "MBPP",

@@ -23,12 +23,18 @@ from recdiff.errors import RecdiffError
 from recdiff.study.identity import differences, trial_identity
 from recdiff.study.identity import key as identity_key
 from recdiff.study.journal import JournalFile, replayed
-from recdiff.study.storage import sqlalchemy_url
+from recdiff.study.connect import sqlalchemy_url
 
 DEFAULT_STORAGE = Path("outputs/optuna/journal.log")
 ATTR_COLUMNS: tuple[str, ...] = (
     "accuracy_low", "accuracy_high", "n_samples", "core_passes_per_token", "peak_memory_bytes",
     "kv_cache_bytes", "output_dir", "samples_path", "trace_paths",
+)
+# Paired timing (recdiff.timing.paired_timing); null in studies recorded before it: their speed-up is unpaired, and
+# analysis says so instead of dividing tokens/s measured at different times.
+TIMING_COLUMNS: tuple[str, ...] = (
+    "tokens_per_s_lo", "tokens_per_s_hi", "speedup", "speedup_lo", "speedup_hi", "reference_tokens_per_s",
+    "timing_rounds", "threads",
 )
 TRACE_KEYS: tuple[str, ...] = ("tokens", "frozen", "counter", "delta", "prompt_len", "text_ids", "text")
 _URL_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "oracle", "mssql")
@@ -180,7 +186,7 @@ def _row(number: int, state: str, params: Mapping, values: Mapping, attrs: Mappi
         row[key] = value
     output_dir = attrs.get("output_dir")
     bases = [root, Path(output_dir) if output_dir else None, root.parent if root else None, Path.cwd()]
-    for key in ATTR_COLUMNS:
+    for key in (*ATTR_COLUMNS, *TIMING_COLUMNS):
         row[key] = attrs.get(key)
     row["output_dir"] = _resolve_path(output_dir, [root, Path.cwd()])
     row["samples_path"] = _resolve_path(attrs.get("samples_path"), bases)
@@ -200,7 +206,7 @@ def _column(name: str, values: list[Any]) -> pl.Series:
     if all(isinstance(v, bool) for v in present):
         return pl.Series(values, dtype=pl.Boolean)
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
-        if all(isinstance(v, int) for v in present):
+        if all(isinstance(v, int) for v in present) and _NULL_DTYPES.get(name) != pl.Float64:
             return pl.Series(values, dtype=pl.Int64)
         return pl.Series([None if v is None else float(v) for v in values], dtype=pl.Float64)
     if all(isinstance(v, (list, tuple)) for v in present):
@@ -212,16 +218,18 @@ _NULL_DTYPES: dict[str, pl.DataType] = {
     **dict.fromkeys(("study", "state", "sampler", "benchmark", "model", "beta_schedule", "freeze", "kv_cache",
                      "output_dir", "samples_path", "fail_reason", "identity"), pl.String()),
     **dict.fromkeys(("r_inner", "wavefront", "headway", "r", "r_draft", "lookahead", "max_steps", "n_samples",
-                     "peak_memory_bytes", "kv_cache_bytes"), pl.Int64()),
+                     "peak_memory_bytes", "kv_cache_bytes", "timing_rounds", "threads"), pl.Int64()),
     **dict.fromkeys(("beta", "eta", "epsilon", "init_scale", "accuracy", "tokens_per_s", "accuracy_low",
-                     "accuracy_high", "core_passes_per_token", "duration_s"), pl.Float64()),
+                     "accuracy_high", "core_passes_per_token", "duration_s", "tokens_per_s_lo", "tokens_per_s_hi",
+                     "speedup", "speedup_lo", "speedup_hi", "reference_tokens_per_s"), pl.Float64()),
     "continuous_compute": pl.Boolean(), "baseline": pl.Boolean(), "trace_paths": pl.List(pl.String()),
 }
 
 
 def _frame(rows: list[dict[str, Any]], objectives: Iterable[str]) -> pl.DataFrame:
     head = ["study", "number", "state", "sampler", "benchmark", "model", *SAMPLER_KEYS]
-    tail = [*objectives, "accuracy_low", "accuracy_high", *ATTR_COLUMNS[2:], "fail_reason", "baseline", "identity"]
+    tail = [*objectives, "accuracy_low", "accuracy_high", *TIMING_COLUMNS, *ATTR_COLUMNS[2:], "fail_reason",
+            "baseline", "identity"]
     seen = dict.fromkeys(head)
     for row in rows:
         seen.update(dict.fromkeys(k for k in row if k not in tail))

@@ -1,7 +1,7 @@
 """`python -m analysis paper`: every recipe in `sweeps/` on the embedded default, every figure and table, and a
 `report.md` that states each figure's claim from the paper and whether the run agrees (:mod:`analysis.claims`).
 
-Each recipe runs as the README says to run it (``python sweep.py -m sweeps=<recipe> model=embedded
+Each recipe runs as sweeps/README.md says to run it (``python sweep.py -m sweeps=<recipe> model=embedded
 benchmark=compose``), at the scale's slice, into one Optuna journal under the output folder, one study per recipe
 (``paper_<scale>-<recipe>``). The studies share every configuration they have in common (the baselines, the sampler's
 defaults, a grid point two recipes both sweep) through the study identity (``study.reuse``): it is measured once
@@ -31,9 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-import yaml
 
-from analysis.claims import CLAIMS, Claim, Verdict, judge_all
+from analysis.claims import CLAIMS, Claim, Verdict, count_outcomes, judge_all
 from recdiff.errors import RecdiffError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -73,19 +72,27 @@ SCALES: dict[str, Scale] = {
 class Recipe:
     name: str
     params: dict[str, list[str]]   # hydra.sweeper.params, values as written
-    search: bool                   # an ask/tell recipe (no -m)
+    search: bool                   # an ask/tell recipe (study.mode=search; no -m)
     comment: str                   # the recipe's first comment line: what of the paper it draws
 
     @classmethod
     def load(cls, path: Path) -> "Recipe":
-        text = path.read_text()
-        data = yaml.safe_load(text) or {}
-        params = ((data.get("hydra") or {}).get("sweeper") or {}).get("params") or {}
-        search = any("/study" in str(d) and "search" in str(d) for d in data.get("defaults") or [])
-        first = next((ln.lstrip("# ").strip() for ln in text.splitlines() if ln.startswith("#") and "@package" not in ln),
-                     "")
-        return cls(path.stem, {k: [v.strip() for v in str(vals).split(",")] for k, vals in params.items()}, search,
-                   first)
+        """The recipe as ``sweep.py`` composes it (Hydra's compose API over conf/ with sweeps/ on the search path),
+        so that what the runner sweeps is what a user's ``python sweep.py -m sweeps=<name>`` sweeps."""
+        from hydra import compose, initialize_config_dir
+        from omegaconf import OmegaConf
+
+        import recdiff.schema  # noqa: F401  (registers the structured-config schemas conf/config.yaml names)
+
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+            cfg = compose("config", overrides=[f"sweeps={path.stem}", f"hydra.searchpath=[file://{path.parent.parent}]"],
+                          return_hydra_config=True)
+        params = OmegaConf.to_container(cfg.hydra.sweeper.params) if cfg.hydra.sweeper.get("params") else {}
+        # a comment is not configuration: the first comment line of the file says what of the paper it draws
+        first = next((ln.lstrip("# ").strip() for ln in path.read_text().splitlines()
+                      if ln.startswith("#") and "@package" not in ln), "")
+        return cls(path.stem, {k: [v.strip() for v in str(vals).split(",")] for k, vals in params.items()},
+                   cfg.study.mode == "search", first)
 
 
 def recipes(only: Sequence[str] | None = None) -> list[Recipe]:
@@ -100,11 +107,11 @@ def recipes(only: Sequence[str] | None = None) -> list[Recipe]:
 
 def _default(key: str) -> str | None:
     """The sampler's default for a swept `sampler.<key>` (kept when a scale thins the values)."""
-    from recdiff.schema import SAMPLER_SCHEMAS
+    from recdiff.schema import SAMPLER_PARAMS
 
     if not key.startswith("sampler."):
         return None
-    v = getattr(SAMPLER_SCHEMAS["diffusion"](), key.split(".", 1)[1], None)
+    v = getattr(SAMPLER_PARAMS["diffusion"](), key.split(".", 1)[1], None)
     return None if v is None else str(v).lower() if isinstance(v, bool) else str(v)
 
 
@@ -160,36 +167,40 @@ def study_name(recipe: str, scale_name: str) -> str:
 
 def run_recipe(recipe: Recipe, scale: Scale, scale_name: str, out: Path, say: Callable[[str], None],
                overrides: Sequence[str] = ()) -> dict:
-    """Run one recipe's sweep, its console output into logs/<recipe>.log; echo one line per trial."""
+    """Run one recipe's sweep, its console output into logs/<recipe>.log; echo one line per trial. What became of
+    its configurations (measured, reused, already in the study, failed) is read from the sweep's own summary
+    (``runs/<recipe>/sweep.json``, :mod:`recdiff.study.sweep_status`), counted from its jobs' result files."""
+    from recdiff.study.sweep_status import KINDS, SUMMARY_FILE
+
     cmd = sweep_command(recipe, scale, scale_name, out, overrides)
     log = out / "logs" / f"{recipe.name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
+    summary_file = out / "runs" / recipe.name / SUMMARY_FILE
+    summary_file.unlink(missing_ok=True)   # a summary left by an earlier run is not this run's
     start = time.monotonic()
-    counts = {"COMPLETE": 0, "reused": 0, "skipped": 0, "FAIL": 0, "PRUNED": 0}
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with log.open("w") as fh:
         fh.write("$ " + " ".join(cmd) + "\n")
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         assert proc.stdout is not None
-        for line in proc.stdout:
+        for line in proc.stdout:  # echoed for the reader; nothing is counted from it
             fh.write(line)
             fh.flush()
             text = line.rstrip()
-            if "reused trial" in text:
-                counts["reused"] += 1
-            elif "skipped: identical configuration" in text:
-                counts["skipped"] += 1
-            for state in ("COMPLETE", "FAIL", "PRUNED"):
-                if f" {state} " in text and "] - trial " in text:
-                    counts[state] += 1
-                    say("    " + text.split("] - ", 1)[-1][:150])
+            if "] - trial " in text and any(f" {s} " in text for s in ("COMPLETE", "FAIL", "PRUNED")):
+                say("    " + text.split("] - ", 1)[-1][:150])
             if text.startswith("error:"):
                 say("    " + text)
         rc = proc.wait()
-    measured = counts["COMPLETE"] - counts["reused"]
+    try:
+        counts = json.loads(summary_file.read_text())["counts"]
+    except (OSError, ValueError, KeyError):   # the sweep ended before its summary (a bad config, a kill)
+        counts = {}
+        say(f"    no sweep summary at {summary_file}: nothing counted")
+    counts = {k: int(counts.get(k, 0)) for k in KINDS}
     return {"recipe": recipe.name, "study": study_name(recipe.name, scale_name), "returncode": rc,
-            "seconds": round(time.monotonic() - start, 1), "measured": measured, "reused": counts["reused"],
-            "already_in_study": counts["skipped"], "failed": counts["FAIL"], "pruned": counts["PRUNED"],
+            "seconds": round(time.monotonic() - start, 1), "measured": counts["measured"], "reused": counts["reused"],
+            "already_in_study": counts["already_in_study"], "failed": counts["failed"], "pruned": counts["pruned"],
             "command": cmd, "log": str(log)}
 
 
@@ -243,6 +254,24 @@ def _interval(trials: dict[str, pl.DataFrame]) -> tuple[int | None, float | None
     return n, float((100 * (df["accuracy_high"] - df["accuracy_low"]) / 2).median())
 
 
+def _speed_width(trials: dict[str, pl.DataFrame]) -> str:
+    """How wide the speed intervals were: the median half-width of tokens/s and of the paired speed-up, in % of the
+    value, and the rounds they were timed over; or why there are none."""
+    cols = ("tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi", "speedup", "speedup_lo", "speedup_hi",
+            "timing_rounds")
+    frames = [df.filter(pl.col("state") == "COMPLETE").select(cols) for df in trials.values()
+              if set(cols) <= set(df.columns)]
+    df = pl.concat(frames, how="vertical_relaxed").drop_nulls() if frames else pl.DataFrame()
+    if df.is_empty():
+        return ("The trials carry no paired timing (no tokens/s interval, no speed-up timed against static AR in the "
+                "same rounds): every check of a speed is inconclusive.")
+    tps = float((50 * (df["tokens_per_s_hi"] - df["tokens_per_s_lo"]) / df["tokens_per_s"]).median())
+    sp = float((50 * (df["speedup_hi"] - df["speedup_lo"]) / df["speedup"]).median())
+    return (f"Speed is timed in {int(df['timing_rounds'].median())} rounds alternating each trial's sampler with "
+            f"static AR (r=32) on the same problems: the 95% intervals are about ±{tps:.0f}% for tokens/s and ±{sp:.0f}% "
+            "for the paired speed-up (median over the trials).")
+
+
 def _figure_link(out: Path, claim: Claim) -> str | None:
     png = out / "figures" / claim.recipe / f"{claim.figure}.png"
     return f"figures/{claim.recipe}/{claim.figure}.png" if png.is_file() else None
@@ -260,8 +289,13 @@ def write_report_md(out: Path, scale_name: str, runs: list[dict], verdicts: list
     if n is not None:
         md += [f"Accuracy is measured on {n} problems per trial: its 95% intervals are about ±{half:.1f} points, so "
                "accuracy differences smaller than that are within sampling noise.", ""]
-    md += ["Each verdict is computed from the studies by `analysis/claims.py` (thresholds next to each check): "
-           "**agrees** when every check passes, **disagrees** when none does, **partly** otherwise.", "",
+    md += [_speed_width(trials), ""]
+    counts = count_outcomes([v for _, v in verdicts])
+    md += ["Each verdict is computed from the studies by `analysis/claims.py` (thresholds next to each check, with "
+           "the 95% interval of each number): a check passes (✓) or fails (✗) only when its interval lies on one "
+           "side of the threshold, else it is inconclusive (?); **agrees** when every check passes, **disagrees** "
+           "when one fails, **inconclusive** otherwise, **n/a** when the data cannot test the claim.", "",
+           "Verdicts: " + ", ".join(f"{k} {v}" for k, v in counts.items()) + ".", "",
            "| figure | paper | claim | verdict | evidence |", "|---|---|---|---|---|"]
     for claim, v in verdicts:
         link = _figure_link(out, claim)
@@ -334,7 +368,8 @@ def run_paper(out: str | Path = "outputs/paper", scale: str = "ci", only: Sequen
                                                 "seconds": round(seconds, 1),
                                                 "storage": _storage(out), "runs": runs}, indent=2) + "\n")
     for c, v in verdicts:
-        say(f"  {v.status:>9}  {c.recipe}/{c.figure}: {c.text}")
+        say(f"  {v.status:>12}  {c.recipe}/{c.figure}: {c.text}")
+    say("verdicts: " + ", ".join(f"{k} {v}" for k, v in count_outcomes([v for _, v in verdicts]).items()))
     say(f"report: {report} ({seconds / 60:.1f} min)")
     failed = [r["recipe"] for r in runs if r["returncode"] != 0]
     if failed:

@@ -1,10 +1,15 @@
-"""Non-dominated sets, hypervolume and knee for any objectives and directions.
+"""Non-dominated sets, hypervolume and knee for any objectives and directions, with and without noise.
 
 Everything is normalised to lower-is-better first (as Optuna does), so dominance is one rule:
 a dominates b iff a <= b in every objective and a < b in at least one. Equal points do not
 dominate each other (duplicates are all on the front), ±inf compare as ordinary values, and
 rows with a missing/NaN objective are never on the front and dominate nothing — the same set
 Optuna's `study.best_trials` returns for COMPLETE trials.
+
+With noise (`noisy_*`), each objective is an interval (its 95% interval, `analysis.intervals`): a dominates b only
+when, in every objective, a's whole interval is at least as good as b's whole interval, and strictly better in one:
+better on both axes beyond their intervals. Trials whose intervals overlap on an axis are ties there, and neither
+dominates the other. With zero-width intervals this is the rule above.
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
+from analysis.intervals import bounds
 from analysis.labels import DIRECTIONS, OBJECTIVES
 from recdiff.errors import RecdiffError
 
@@ -152,3 +158,77 @@ def knee(df: pl.DataFrame, objectives: Sequence[str] = OBJECTIVES,
         df = df.filter(pl.col("state") == "COMPLETE")
     i = knee_index(_values(df, objectives), directions)
     return None if i is None else df.row(i, named=True)
+
+
+# ------------------------------------------------------------------------------------------- with noise
+def _worst_best(lows: np.ndarray, highs: np.ndarray, directions: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Per row and objective, in lower-is-better terms: (the worst end of its interval, the best end)."""
+    a, b = to_loss(lows, directions), to_loss(highs, directions)
+    return np.maximum(a, b), np.minimum(a, b)
+
+
+def noisy_dominates(a_lo: Sequence[float], a_hi: Sequence[float], b_lo: Sequence[float], b_hi: Sequence[float],
+                    directions: Sequence[str] = DIRECTIONS) -> bool:
+    """True iff a dominates b beyond their intervals (per objective: the interval's low and high ends)."""
+    a_worst, _ = _worst_best(np.array([a_lo], float), np.array([a_hi], float), directions)
+    _, b_best = _worst_best(np.array([b_lo], float), np.array([b_hi], float), directions)
+    return bool(np.all(a_worst[0] <= b_best[0]) and np.any(a_worst[0] < b_best[0]))
+
+
+def noisy_pareto_mask(points: np.ndarray, lows: np.ndarray, highs: np.ndarray,
+                      directions: Sequence[str] = DIRECTIONS) -> np.ndarray:
+    """Rows of `points` [N, k] that no other row dominates beyond the intervals [`lows`, `highs`] (ties stay on)."""
+    points = np.asarray(points, dtype=float).reshape(-1, len(directions))
+    valid = ~np.isnan(points).any(axis=1)
+    worst, best = _worst_best(np.asarray(lows, float).reshape(points.shape),
+                              np.asarray(highs, float).reshape(points.shape), directions)
+    worst, best = np.where(np.isnan(worst), np.inf, worst), np.where(np.isnan(best), -np.inf, best)
+    dominated = np.zeros(len(points), dtype=bool)
+    for start in range(0, len(points), 512):   # chunked as pareto_mask
+        b = best[start:start + 512, None, :]                               # (b, 1, k)
+        le = (worst[None, :, :] <= b).all(axis=2)                          # (b, N): other j's worst <= this best
+        lt = (worst[None, :, :] < b).any(axis=2)
+        dominated[start:start + 512] = (le & lt & valid[None, :]).any(axis=1)
+    return valid & ~dominated
+
+
+def with_noisy_pareto(df: pl.DataFrame, objectives: Sequence[str] = OBJECTIVES,
+                      directions: Sequence[str] = DIRECTIONS, name: str = "pareto") -> pl.DataFrame:
+    """`df` plus a boolean column: not dominated beyond the intervals by another COMPLETE row. A row recorded
+    without an interval counts as exact (a study from before intervals gets Optuna's front)."""
+    complete = (df["state"] == "COMPLETE").fill_null(False).to_numpy() if "state" in df.columns \
+        else np.ones(len(df), dtype=bool)
+    mask = np.zeros(len(df), dtype=bool)
+    idx = np.flatnonzero(complete)
+    if len(idx):
+        sub = df[idx]
+        lows, highs = zip(*(bounds(sub, c) for c in objectives))
+        mask[idx] = noisy_pareto_mask(_values(sub, objectives), np.column_stack(lows), np.column_stack(highs),
+                                      directions)
+    return df.with_columns(pl.Series(name, mask))
+
+
+def noisy_pareto_front(df: pl.DataFrame, objectives: Sequence[str] = OBJECTIVES,
+                       directions: Sequence[str] = DIRECTIONS) -> pl.DataFrame:
+    """Rows not dominated beyond their intervals, sorted by the first objective."""
+    front = with_noisy_pareto(df, objectives, directions, name="_pareto").filter(pl.col("_pareto")).drop("_pareto")
+    return front.sort(objectives[0], nulls_last=True)
+
+
+def hypervolume_interval(df: pl.DataFrame, reference: Sequence[float], objectives: Sequence[str] = OBJECTIVES,
+                         directions: Sequence[str] = DIRECTIONS, missing: str = "unknown") -> tuple[float, float, float]:
+    """(hypervolume, low, high) of a table's COMPLETE rows: the volume at the measured values, with every point at
+    the worst end of its intervals, and at the best end. Unknown intervals (`missing="unknown"`) give infinite
+    bounds."""
+    if "state" in df.columns:
+        df = df.filter(pl.col("state") == "COMPLETE")
+    pts = _values(df, objectives)
+    lows, highs = zip(*(bounds(df, c, missing) for c in objectives)) if objectives else ((), ())
+    lows, highs = np.column_stack(lows), np.column_stack(highs)
+    if not (np.isfinite(lows).all() and np.isfinite(highs).all()):
+        return hypervolume(pts, reference, directions), -np.inf, np.inf
+    signs = _signs(directions, len(objectives))
+    worst = np.where(signs < 0, lows, highs)   # maximised: the low end; minimised: the high end
+    best = np.where(signs < 0, highs, lows)
+    return (hypervolume(pts, reference, directions), hypervolume(worst, reference, directions),
+            hypervolume(best, reference, directions))

@@ -21,9 +21,10 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, MaxNLocator, PercentFormatter
 
+from analysis.intervals import group_means, interval_columns
 from analysis.labels import BASELINES, DIRECTIONS, SAMPLER_KEYS, SAMPLER_NAMES, fmt_value, label, setting
 from analysis.load import load_trace
-from analysis.pareto import pareto_front
+from analysis.pareto import pareto_front, with_noisy_pareto
 from recdiff.errors import RecdiffError
 
 STYLE = Path(__file__).with_name("style.mplstyle")
@@ -101,8 +102,9 @@ def _bytes(v: float) -> str:
 
 
 def _yerr(df: pl.DataFrame, y: str) -> np.ndarray | None:
-    """Asymmetric error bars from `<y>_low` / `<y>_high` when present (nulls → no bar)."""
-    lo, hi = f"{y}_low", f"{y}_high"
+    """Asymmetric error bars of column `y` from its interval columns (`analysis.intervals.interval_columns`) when
+    present (nulls → no bar)."""
+    lo, hi = interval_columns(y)
     if lo not in df.columns or hi not in df.columns or df[lo].is_null().all():
         return None
     yv = df[y].cast(pl.Float64).to_numpy()
@@ -162,8 +164,11 @@ def plot_pareto(df: pl.DataFrame, x: str = "tokens_per_s", y: str = "accuracy",
                 ax: Axes | None = None) -> Axes:
     """Accuracy vs throughput of the diffusion trials, coloured by (r′, β_t) (fig:pareto).
 
-    `ax.collections[0]` holds every diffusion point (row order of `df`), the frontier is a line
-    through the non-dominated points sorted by `x`, baselines are extra markers."""
+    `ax.collections[0]` holds every diffusion point (row order of `df`), then the error bars of `y` and of `x`
+    (their 95% intervals, when recorded). The front with noise: every trial that no other dominates beyond the
+    intervals (ties included) is ringed (a collection labelled "not dominated beyond the 95% intervals"), and a line
+    ("Pareto front") runs through the non-dominated points of the measured values sorted by `x`; baselines are extra
+    markers."""
     ax = _axes(ax, (6.0, 3.6))
     diff, _ = split_baselines(df)
     diff = _complete(diff, x, y)
@@ -179,7 +184,13 @@ def plot_pareto(df: pl.DataFrame, x: str = "tokens_per_s", y: str = "accuracy",
     if errorbars and (yerr := _yerr(diff, y)) is not None:
         ax.errorbar(diff[x].to_numpy(), diff[y].to_numpy(), yerr=yerr, fmt="none", ecolor="0.6",
                     elinewidth=0.7, zorder=2)
+    if errorbars and (xerr := _yerr(diff, x)) is not None:
+        ax.errorbar(diff[x].to_numpy(), diff[y].to_numpy(), xerr=xerr, fmt="none", ecolor="0.6",
+                    elinewidth=0.7, zorder=2)
     if frontier and len(diff):
+        ties = with_noisy_pareto(diff, (y, x), directions[::-1], name="_front").filter(pl.col("_front"))
+        ax.scatter(ties[x].to_numpy(), ties[y].to_numpy(), s=60, facecolors="none", edgecolors="0.15",
+                   linewidth=0.8, zorder=4, label="not dominated beyond the 95% intervals")
         front = pareto_front(diff, (x, y), directions).sort(x)
         ax.plot(front[x].to_numpy(), front[y].to_numpy(), color="0.15", linewidth=1.0, zorder=2,
                 label="Pareto front")
@@ -239,13 +250,14 @@ def plot_tradeoff(df: pl.DataFrame, param: str, x: str = "tokens_per_s", y: str 
     """One-parameter trade-off curve(s) (fig:hyperparam_sweeps1/2/3/5, fig:tradeoff).
 
     One line per `group` value through the diffusion trials ordered by `param` (repeats of a
-    setting averaged), each point annotated with its `param` value; `ax.lines[i]` is group i in
-    sorted order. Slice the study to one sweep first (see `analysis.report.one_param_slice`)."""
+    setting averaged, with the interval of the mean), each point annotated with its `param` value;
+    `ax.lines[i]` is group i in sorted order, its error bars on both axes (95% intervals, when recorded)
+    in `ax.collections`. Slice the study to one sweep first (see `analysis.report.one_param_slice`)."""
     ax = _axes(ax)
     diff, _ = split_baselines(df)
     diff = _complete(diff, x, y, param)
     keys = [group, param] if group else [param]
-    agg = diff.group_by(keys).agg(pl.col(x).cast(pl.Float64).mean(), pl.col(y).cast(pl.Float64).mean())
+    agg = group_means(diff, keys, [x, y])
     groups = sorted(agg[group].unique().to_list(), key=_sort_key) if group else [None]
     colours = _palette(len(groups), "sequential" if len(groups) > 2 else "qualitative") if group else ["C0"]
     for colour, g in zip(colours, groups):
@@ -253,6 +265,10 @@ def plot_tradeoff(df: pl.DataFrame, param: str, x: str = "tokens_per_s", y: str 
         sub = sub.sort(param)
         ax.plot(sub[x].to_numpy(), sub[y].to_numpy(), marker="o", color=colour,
                 label=setting(group, g) if group else label(param))
+        for err in ({"yerr": _yerr(sub, y)}, {"xerr": _yerr(sub, x)}):
+            if next(iter(err.values())) is not None:
+                ax.errorbar(sub[x].to_numpy(), sub[y].to_numpy(), fmt="none", ecolor=colour, elinewidth=0.7,
+                            alpha=0.6, **err)
         if annotate:
             for px, py, pv in zip(sub[x], sub[y], sub[param]):
                 ax.annotate(fmt_value(pv), (px, py), textcoords="offset points", xytext=(3, 3),

@@ -15,10 +15,10 @@ from matplotlib.figure import Figure
 from analysis import plots
 from analysis.labels import OBJECTIVES, SAMPLER_KEYS, benchmark_name, label, setting
 from analysis.load import check_identities, load_samples, load_trials, resolve, study_name_of
-from analysis.pareto import frame_hypervolume, knee, pareto_front
+from analysis.pareto import hypervolume_interval, knee, noisy_pareto_front, pareto_front
 from analysis.tables import format_speedup, sampler_table, speedup_table
 from recdiff.errors import RecdiffError
-from recdiff.schema import SAMPLER_SCHEMAS
+from recdiff.params import SAMPLER_PARAMS
 
 # (swept parameter, grouping parameter): the paper's one-parameter trade-off figures.
 TRADEOFFS: tuple[tuple[str, str | None], ...] = (
@@ -141,7 +141,7 @@ def example_traces(traced: list[dict], keys: Sequence[str], n: int = 3) -> list[
     return distinct[:n]
 
 
-DEFAULT_R_INNER = SAMPLER_SCHEMAS["diffusion"]().r_inner   # the paper's r′ (4), the sampler's default
+DEFAULT_R_INNER = SAMPLER_PARAMS["diffusion"]().r_inner   # the paper's r′ (4), the sampler's default
 
 
 def _settings_title(row: dict, keys: Sequence[str]) -> str:
@@ -234,20 +234,29 @@ def _summary(df: pl.DataFrame, name: str, source: Any, figures: list[tuple[str, 
         diff, _ = plots.split_baselines(sub)
         if diff.is_empty():
             continue
-        front = pareto_front(diff)
-        cols = ["number", "sampler", *keys, "accuracy", "accuracy_low", "accuracy_high", "tokens_per_s"]
+        front, measured = noisy_pareto_front(diff), pareto_front(diff)
+        cols = ["number", "sampler", *keys, "accuracy", "accuracy_low", "accuracy_high", "tokens_per_s",
+                "tokens_per_s_lo", "tokens_per_s_hi", "speedup", "speedup_lo", "speedup_hi"]
+        hv, hv_lo, hv_hi = hypervolume_interval(diff, (0.0, 0.0), missing="point")
+        span = f" [{hv_lo:.4g}, {hv_hi:.4g}] with every point at either end of its 95% intervals" \
+            if (hv_lo, hv_hi) != (hv, hv) else ""
         md += [f"## Pareto front — {benchmark_name(bench)}", "",
-               f"{len(front)} of {len(diff)} diffusion trials are non-dominated in "
-               f"({label('accuracy')}, {label('tokens_per_s')}); hypervolume w.r.t. (0, 0): "
-               f"{frame_hypervolume(diff, (0.0, 0.0)):.4g}.", ""]
+               f"{len(front)} of {len(diff)} diffusion trials are not dominated beyond their 95% intervals in "
+               f"({label('accuracy')}, {label('tokens_per_s')}) (one dominates another only when better on both "
+               f"axes beyond their intervals; the others tie); {len(measured)} are non-dominated by the measured "
+               f"values alone. Hypervolume w.r.t. (0, 0): {hv:.4g}{span}.", ""]
         if (k := knee(diff)) is not None:
             md += [f"Knee: trial {k['number']} — {', '.join(setting(c, k[c]) for c in keys if k.get(c) is not None)}"
                    f" (accuracy {100 * k['accuracy']:.2f}%, {k['tokens_per_s']:.1f} tokens/s).", ""]
-        md += [_md_frame(front.select([c for c in cols if c in front.columns])), ""]
+        shown = [c for c in cols if c in front.columns and front[c].null_count() < front.height]
+        md += [_md_frame(front.with_columns(pl.col("number").is_in(measured["number"].to_list()).alias("measured front"))
+                         .select([*shown, "measured front"])), ""]
     if speedup_md:
         md += ["## Relative to static AR (r=32)", "",
-               "Every complete trial: speed-up = its tokens/s ÷ static AR (r=32)'s, Δacc = accuracy change in points "
-               "(the numbers the sweep prints at its end).", "", speedup_md, ""]
+               "Every complete trial: speed-up = its paired speed-up, timed against static AR (r=32) in the same rounds "
+               "(`unpaired` for a trial recorded before paired timing: tokens/s measured at different times are not "
+               "divided), Δacc = accuracy change in points; each with its 95% interval (the numbers the sweep prints "
+               "at its end).", "", speedup_md, ""]
     if table_md:
         md += ["## Sampler comparison (Table 1)", "", table_md, ""]
     if figures:
@@ -318,9 +327,9 @@ def write_report(source: Any, out_dir: str | Path | None = None, *, study_name: 
     except RecdiffError as exc:
         say(f"speedup: skipped ({exc})")
     else:
-        if speedup["speedup"].null_count() == speedup.height:
+        if not speedup["paired"].any() and speedup["delta_accuracy"].null_count() == speedup.height:
             speedup = None
-            say("speedup: skipped (no static AR r=32 trial to compare with)")
+            say("speedup: skipped (no paired speed-up and no static AR r=32 trial to compare with)")
     if speedup is not None:
         speedup_md = format_speedup(speedup, markdown=True)
         (out / "speedup.md").write_text(speedup_md)

@@ -7,6 +7,7 @@ from typing import Any
 
 import polars as pl
 
+from analysis.intervals import Est, ests, mean
 from analysis.labels import (BASELINES, LATEX_LABELS, SAMPLER_KEYS, SAMPLER_NAMES, benchmark_name,
                              fmt_value, setting)
 from analysis.load import check_identities
@@ -23,6 +24,7 @@ class Row:
     settings: dict[str, Any]           # the keys that distinguish this row from its siblings
     cells: dict[str, tuple[float, float]]  # benchmark → (accuracy fraction, tokens/s)
     reference: bool = False            # static AR at r=32
+    numbers: dict[str, list[int]] = field(default_factory=dict)  # benchmark → the trials averaged in its cells
 
     @property
     def label(self) -> str:
@@ -38,11 +40,19 @@ class Row:
         return f"{name} ({{\\tiny${inner}$}})"
 
 
+@dataclass(frozen=True)
+class Relative:
+    """A row relative to static AR (r=32) on one benchmark: accuracy change in points and the paired speed-up (None:
+    its trials were not timed against the reference, the speed-up is unknown), each with its 95% interval."""
+    delta: Est
+    speedup: Est | None
+
+
 @dataclass
 class SamplerTable:
     benchmarks: list[str]
     rows: list[Row]
-    relative: list[tuple[Row, dict[str, tuple[float, float]]]] = field(default_factory=list)
+    relative: list[tuple[Row, dict[str, Relative]]] = field(default_factory=list)
 
     def to_frame(self) -> pl.DataFrame:
         """Tidy form: one row per (sampler setting, benchmark)."""
@@ -115,13 +125,21 @@ def _cells(r: Row, benchmarks: list[str]) -> list[str]:
     return out
 
 
-def _rel_cells(rel: tuple[float, float] | None, bold: str) -> list[str]:
+def _rel_cells(rel: Relative | None, bold: str) -> list[str]:
     if rel is None:
         return ["—", "—"]
-    diff, ratio = rel
-    speed = f"{ratio:.2f}x"
-    speed = f"**{speed}**" if bold == "**" else rf"\textbf{{{speed}}}"
-    return [f"{diff:+.2f}", speed]
+
+    def ci(e: Est, spec: str) -> str:
+        if not e.known:
+            return ""
+        text = f"[{e.lo:{spec}}, {e.hi:{spec}}]"
+        return f" {text}" if bold == "**" else rf" {{\scriptsize {text}}}"
+    if rel.speedup is None:
+        speed = "unpaired"
+    else:
+        speed = f"{rel.speedup.value:.2f}x"
+        speed = (f"**{speed}**" if bold == "**" else rf"\textbf{{{speed}}}") + ci(rel.speedup, ".2f")
+    return [f"{rel.delta.value:+.2f}" + ci(rel.delta, "+.2f"), speed]
 
 
 def _tex_escape(s: str) -> str:
@@ -144,12 +162,13 @@ def _rows_for(df: pl.DataFrame, sampler: str, keys: list[str], benchmarks: list[
         return []
     group = keys or ["sampler"]
     agg = sub.group_by([*group, "benchmark"], maintain_order=True).agg(
-        pl.col("accuracy").cast(pl.Float64).mean(), pl.col("tokens_per_s").cast(pl.Float64).mean())
+        pl.col("accuracy").cast(pl.Float64).mean(), pl.col("tokens_per_s").cast(pl.Float64).mean(), pl.col("number"))
     rows: dict[tuple, Row] = {}
     for rec in agg.iter_rows(named=True):
         key = tuple(rec[k] for k in group)
         row = rows.setdefault(key, Row(sampler, {k: rec[k] for k in keys}, {}))
         row.cells[rec["benchmark"]] = (rec["accuracy"], rec["tokens_per_s"])
+        row.numbers[rec["benchmark"]] = list(rec["number"])
     return sorted(rows.values(), key=lambda r: tuple((v is None, v) for v in r.settings.values()))
 
 
@@ -163,9 +182,8 @@ def sampler_table(df: pl.DataFrame, benchmarks: list[str] | None = None, relativ
 
     `relative`: "best" — one relative row for the diffusion row with the highest mean accuracy
     (the paper's conservative default), "each" — one per diffusion row, "none", or a row label."""
-    df = _measured(df, "tabulate")
-    df = df.with_columns(pl.col("benchmark").fill_null("—").cast(pl.String),
-                         pl.col("sampler").fill_null("diffusion").cast(pl.String))
+    df = _with_defaults(_measured(df, "tabulate"))
+    df = df.with_columns(pl.col("benchmark").fill_null("—").cast(pl.String))
     benchmarks = benchmarks or list(dict.fromkeys(df["benchmark"].to_list()))
     df = df.filter(pl.col("benchmark").is_in(benchmarks))
 
@@ -214,9 +232,14 @@ def sampler_table(df: pl.DataFrame, benchmarks: list[str] | None = None, relativ
     for r in chosen:
         rel = {}
         for b in benchmarks:
-            if b in r.cells and b in ref.cells and ref.cells[b][1]:
-                speedup, delta = relative_to_reference(*r.cells[b], *ref.cells[b])
-                rel[b] = (delta, speedup)
+            part = df.filter(pl.col("benchmark") == b)
+            ref_trials = reference_trials(part)
+            if b not in r.cells or ref_trials.is_empty():
+                continue
+            mine = part.filter(pl.col("number").is_in(r.numbers[b]))
+            speeds = ests(mine, "speedup") if "speedup" in mine.columns else []
+            rel[b] = Relative(delta_accuracy(mean(ests(mine, "accuracy")), mean(ests(ref_trials, "accuracy"))),
+                              mean(speeds) if speeds and all(e.known for e in speeds) else None)
         table.relative.append((r, rel))
     return table
 
@@ -249,15 +272,18 @@ def reference_trials(df: pl.DataFrame) -> pl.DataFrame:
     return ref
 
 
-def relative_to_reference(accuracy: float, tokens_per_s: float, ref_accuracy: float,
-                          ref_tokens_per_s: float) -> tuple[float | None, float]:
-    """(speed-up ×, accuracy change in points) against the reference: tokens/s ratio, 100 · accuracy difference."""
-    speedup = tokens_per_s / ref_tokens_per_s if ref_tokens_per_s else None
-    return speedup, 100.0 * (accuracy - ref_accuracy)
+def delta_accuracy(acc: Est, ref: Est) -> Est:
+    """Accuracy change against the reference in points, with its interval (MOVER from the two Wilson intervals:
+    Newcombe's hybrid score interval for a difference of proportions)."""
+    return (acc - ref).scaled(100.0)
 
 
 SPEEDUP_COLUMNS = ("number", "benchmark", "sampler", "setting", "baseline", "reference", "accuracy",
-                   "accuracy_low", "accuracy_high", "tokens_per_s", "speedup", "delta_accuracy")
+                   "accuracy_low", "accuracy_high", "tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi", "paired",
+                   "speedup", "speedup_lo", "speedup_hi", "delta_accuracy", "delta_accuracy_lo", "delta_accuracy_hi")
+_SPEEDUP_SCHEMA = {**dict.fromkeys(SPEEDUP_COLUMNS, pl.Float64), "number": pl.Int64, "benchmark": pl.String,
+                   "sampler": pl.String, "setting": pl.String, "baseline": pl.Boolean, "reference": pl.Boolean,
+                   "paired": pl.Boolean}
 
 
 def _setting_keys(df: pl.DataFrame, sampler: str) -> list[str]:
@@ -270,56 +296,80 @@ def _setting_keys(df: pl.DataFrame, sampler: str) -> list[str]:
     return keys
 
 
-def speedup_table(df: pl.DataFrame) -> pl.DataFrame:
-    """One row per COMPLETE trial: accuracy with its interval, tokens/s, and relative to static AR at r=32 of the
-    same benchmark (one identity per benchmark, see `check_identities`): `speedup` = tokens/s ÷ the reference's,
-    `delta_accuracy` = 100 · (accuracy − the reference's), in points; the reference is the mean of
-    `reference_trials` (repeats averaged, as Table 1's cells). Without a reference both are null.
-    Rows: baselines first (the reference, static AR by r, adaptive, speculative), then the other trials by number.
-    The sweep's closing table, the report and Table 1's relative row all use these numbers."""
-    df = _measured(df, "compare")
+def _with_defaults(df: pl.DataFrame) -> pl.DataFrame:
     if "benchmark" not in df.columns:
         df = df.with_columns(pl.lit(None, pl.String).alias("benchmark"))
     if "sampler" not in df.columns:
         df = df.with_columns(pl.lit("diffusion").alias("sampler"))
-    df = df.with_columns(pl.col("sampler").fill_null("diffusion").cast(pl.String))
+    if "number" not in df.columns:
+        df = df.with_row_index("number").with_columns(pl.col("number").cast(pl.Int64))
+    return df.with_columns(pl.col("sampler").fill_null("diffusion").cast(pl.String))
+
+
+def speedup_table(df: pl.DataFrame) -> pl.DataFrame:
+    """One row per COMPLETE trial: accuracy and tokens/s with their intervals, and relative to static AR at r=32:
+
+    * `speedup` [`speedup_lo`, `speedup_hi`]: the trial's paired speed-up, timed against the reference in the same
+      rounds (`recdiff.timing.paired_timing`); `paired` is false and all three are null for a trial recorded before
+      paired timing: its speed-up is unknown (tokens/s measured minutes apart, under other load, are not divided);
+    * `delta_accuracy` [lo, hi] = 100 · (accuracy − the reference's), in points, against the mean of
+      `reference_trials` of the same benchmark (one identity per benchmark, see `check_identities`; repeats
+      averaged, as Table 1's cells); null without a reference, its bounds null without accuracy intervals.
+
+    Rows: baselines first (the reference, static AR by r, adaptive, speculative), then the other trials by number.
+    The sweep's closing table, the report, Table 1's relative row and the claims all use these numbers."""
+    df = _with_defaults(_measured(df, "compare"))
     keys = {s: _setting_keys(df, s) for s in dict.fromkeys(df["sampler"].to_list())}
     order = {"static": 0, "adaptive": 1, "speculative": 2}
     out = []
     for part in df.partition_by("benchmark", maintain_order=True, include_key=True):
         ref = reference_trials(part)
-        ref_numbers = set(ref["number"].to_list()) if "number" in ref.columns else set()
-        ref_acc = ref["accuracy"].cast(pl.Float64).mean() if not ref.is_empty() else None
-        ref_tps = ref["tokens_per_s"].cast(pl.Float64).mean() if not ref.is_empty() else None
+        ref_numbers = set(ref["number"].to_list())
+        ref_acc = mean(ests(ref, "accuracy")) if not ref.is_empty() else None
+        accs, speeds = ests(part, "accuracy"), ests(part, "tokens_per_s")
+        paired = ests(part, "speedup") if "speedup" in part.columns else [None] * part.height
         rows = []
-        for rec in part.iter_rows(named=True):
-            speedup = delta = None
-            if ref_acc is not None:
-                speedup, delta = relative_to_reference(rec["accuracy"], rec["tokens_per_s"], ref_acc, ref_tps)
-            is_ref = rec.get("number") in ref_numbers
+        for rec, acc, tps, sp in zip(part.iter_rows(named=True), accs, speeds, paired):
+            sp = sp if sp is not None and sp.known else None
+            delta = delta_accuracy(acc, ref_acc) if ref_acc is not None else None
+            is_ref = rec["number"] in ref_numbers
             base = bool(rec.get("baseline")) or rec["sampler"] in BASELINES
             text = ", ".join(setting(k, rec[k]) for k in keys[rec["sampler"]] if rec.get(k) is not None)
-            rows.append({"number": rec.get("number"), "benchmark": rec["benchmark"], "sampler": rec["sampler"],
+            rows.append({"number": rec["number"], "benchmark": rec["benchmark"], "sampler": rec["sampler"],
                          "setting": text, "baseline": bool(rec.get("baseline")), "reference": is_ref,
-                         "accuracy": float(rec["accuracy"]), "accuracy_low": rec.get("accuracy_low"),
-                         "accuracy_high": rec.get("accuracy_high"), "tokens_per_s": float(rec["tokens_per_s"]),
-                         "speedup": speedup, "delta_accuracy": delta,
+                         "accuracy": acc.value, **_bounds("accuracy", acc, ("_low", "_high")),
+                         "tokens_per_s": tps.value, **_bounds("tokens_per_s", tps),
+                         "paired": sp is not None, "speedup": sp.value if sp else None, **_bounds("speedup", sp),
+                         "delta_accuracy": delta.value if delta else None, **_bounds("delta_accuracy", delta),
                          "_key": (not is_ref, not base, order.get(rec["sampler"], 3),
                                   rec.get("r") if rec["sampler"] == "static" and rec.get("r") is not None else 0,
-                                  rec.get("number") or 0)})
+                                  rec["number"] or 0)})
         out += sorted(rows, key=lambda r: r["_key"])
     for r in out:
         r.pop("_key")
-    schema = {"number": pl.Int64, "benchmark": pl.String, "sampler": pl.String, "setting": pl.String,
-              "baseline": pl.Boolean, "reference": pl.Boolean, "accuracy": pl.Float64, "accuracy_low": pl.Float64,
-              "accuracy_high": pl.Float64, "tokens_per_s": pl.Float64, "speedup": pl.Float64,
-              "delta_accuracy": pl.Float64}
-    return pl.DataFrame(out, schema=schema)
+    return pl.DataFrame(out, schema=_SPEEDUP_SCHEMA)
+
+
+def _bounds(name: str, e: Est | None, suffix: tuple[str, str] = ("_lo", "_hi")) -> dict[str, float | None]:
+    known = e is not None and e.known
+    return {name + suffix[0]: e.lo if known else None, name + suffix[1]: e.hi if known else None}
+
+
+def speedup_est(row: dict) -> Est | None:
+    """The paired speed-up of a speed-up table row, or None when it is unpaired."""
+    return Est(row["speedup"], row["speedup_lo"], row["speedup_hi"]) if row.get("paired") else None
+
+
+def _interval_text(value: float, lo: float | None, hi: float | None, spec: str, unit: str = "") -> str:
+    text = f"{value:{spec}}{unit}"
+    return text if lo is None or hi is None else f"{text} [{lo:{spec}}, {hi:{spec}}]"
 
 
 def format_speedup(table: pl.DataFrame, markdown: bool = False) -> str:
-    """The speed-up table as aligned text (the sweep's closing print) or Markdown (the report)."""
-    head = ["trial", "sampler", "accuracy [95% CI]", "tokens/s", f"speed-up vs static r={REFERENCE_R}", "Δacc (pts)"]
+    """The speed-up table as aligned text (the sweep's closing print) or Markdown (the report). Columns are separated
+    by at least two spaces (a cell holds single spaces only); an unpaired speed-up reads `unpaired`."""
+    head = ["trial", "sampler", "accuracy [95% CI]", "tokens/s [95% CI]",
+            f"speed-up vs static r={REFERENCE_R} [95% CI]", "Δacc (pts) [95% CI]"]
     benches = table["benchmark"].unique(maintain_order=True).to_list()
     if len(benches) > 1:
         head.insert(1, "benchmark")
@@ -331,11 +381,12 @@ def format_speedup(table: pl.DataFrame, markdown: bool = False) -> str:
             label += " = reference"
         elif r["baseline"]:
             label += " [baseline]"
-        ci = (f" [{r['accuracy_low']:.3f}, {r['accuracy_high']:.3f}]"
-              if r["accuracy_low"] is not None and r["accuracy_high"] is not None else "")
-        cells = [str(r["number"]), label, f"{r['accuracy']:.3f}{ci}", f"{r['tokens_per_s']:.1f}",
-                 "—" if r["speedup"] is None else f"{r['speedup']:.2f}x",
-                 "—" if r["delta_accuracy"] is None else f"{r['delta_accuracy']:+.1f}"]
+        cells = [str(r["number"]), label, _interval_text(r["accuracy"], r["accuracy_low"], r["accuracy_high"], ".3f"),
+                 _interval_text(r["tokens_per_s"], r["tokens_per_s_lo"], r["tokens_per_s_hi"], ".1f"),
+                 _interval_text(r["speedup"], r["speedup_lo"], r["speedup_hi"], ".2f", "x") if r["paired"]
+                 else "unpaired",
+                 "—" if r["delta_accuracy"] is None else
+                 _interval_text(r["delta_accuracy"], r["delta_accuracy_lo"], r["delta_accuracy_hi"], "+.1f")]
         if len(benches) > 1:
             cells.insert(1, benchmark_name(r["benchmark"]))
         body.append(cells)

@@ -35,7 +35,7 @@ def require(feature: str, minimum: tuple[int, int] = MIN_TORCH, fallback: str | 
     ``fallback``, what to do instead)."""
     if version_tuple(torch.__version__) < minimum:
         raise RecdiffError(f"{feature} needs {_needed(minimum)}, found torch {torch.__version__}; upgrade torch "
-                           "(on a GPU machine, a CUDA build of it: README, 'On a GPU machine')"
+                           "(on a GPU machine, a CUDA build of it: docs/gpu.md, 'Installing on a GPU machine')"
                            + (f" or {fallback}" if fallback else ""))
 
 

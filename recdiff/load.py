@@ -64,6 +64,31 @@ def resolve_checkpoint(path_or_hub_id: str | os.PathLike) -> Path:
         ) from None
 
 
+def resolve_model_path(path: str) -> str:
+    """A configured model path: a local folder (``recdiff/...`` = inside the installed package) or a hub id."""
+    p = Path(os.path.expanduser(path))
+    if p.exists():
+        return str(p.resolve())
+    if path.startswith("recdiff/"):
+        packaged = Path(__file__).resolve().parent / path[len("recdiff/"):]
+        if packaged.exists():
+            return str(packaged)
+        raise RecdiffError(f"model path not found: {path} (looked in {packaged})")
+    looks_local = p.is_absolute() or path.startswith((".", "~")) or path.count("/") != 1
+    if looks_local:
+        raise RecdiffError(f"model path not found: {path}")
+    return path  # "org/name": a hub id, resolved by load_model
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` = CUDA when there is one; a CUDA device that is not there is one line."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RecdiffError(f"model.device={device} but no CUDA device is available (use model.device=cpu)")
+    return device
+
+
 def read_config(folder: Path) -> RecurrentConfig:
     f = folder / "config.json"
     if not f.is_file():

@@ -1,49 +1,31 @@
-"""Structured-config schemas for ``sweep.py``, registered in Hydra's ConfigStore.
+"""The sweep's typed plan: structured configs registered in Hydra's ConfigStore, checked when the plan is built.
 
-Every key a user can override is a typed dataclass field, so a misspelled key (``sampler.r_innr=4``) or a
-wrong type (``sampler.r_inner=four``) fails while Hydra composes the config, before any model loads.
-:func:`describe_error` turns the resulting Hydra/OmegaConf exception into one line.
+Hydra composes ``conf/`` over these dataclasses, so a misspelled key (``sampler.r_innr=4``) or a wrong type
+(``sampler.r_inner=four``) fails while it composes. :func:`make_plan` then builds the typed plan once
+(``OmegaConf.to_object``): every other check of a setting runs in the dataclasses' ``__post_init__``, as one
+:class:`RecdiffError` line, before anything is opened or loaded. The study's modules receive parts of the plan (the
+study's :class:`StudyConfig`, the trial's :class:`TrialSpec`), never the composed ``DictConfig``; a trial's
+``config_hash`` and ``identity`` come from the plan (:meth:`Config.as_dict`, ``recdiff/study/identity.py``).
 
-Field names are the names used everywhere (config key = Optuna parameter = analysis column); see
-``docs/architecture.md``.  Sampler defaults are the paper's (Sec. 4): ε=0.03, β=0, η=0.1, r'=4, wavefront 128.
+The samplers' nodes (``sampler/<name>``) and the default search space (``study/space/default``) are the parameter
+declarations of :mod:`recdiff.params`. Field names are the names used everywhere (config key = Optuna parameter =
+analysis column); see ``docs/architecture.md``.
 """
 
 from __future__ import annotations
 
-import difflib
+import dataclasses
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig, OmegaConf
 
-
-class BetaSchedule(str, Enum):
-    constant = "constant"
-    dampened = "dampened"
-    linear = "linear"
-    sqrt = "sqrt"
-
-
-class Freeze(str, Enum):
-    fixed = "fixed"          # Algorithm 1: freeze after r recurrences per position
-    adaptive = "adaptive"    # Algorithm 2: freeze once the latent change is below epsilon
-
-
-class FreezeRule(str, Enum):
-    prefix = "prefix"        # freeze up to k* with every compared position below epsilon (paper eq. conv)
-    last = "last"            # freeze up to the last position below epsilon (Algorithm 2's wording)
-
-
-class AdaptiveRule(str, Enum):
-    paper = "paper"          # recdiff: aligned latent change, a converged state freezes what it predicts
-    reference = "reference"  # the authors' code, bit for bit (fixtures, published runs)
-
-
-class KVCache(str, Enum):
-    shared = "shared"        # one K/V per layer and position (the paper's KV sharing)
-    per_step = "per_step"
+from recdiff.errors import RecdiffError
+from recdiff.checks import is_int, temperature, top_p
+from recdiff.params import SAMPLER_PARAMS, ParamSpace, ParamType, SamplerParams, default_space
 
 
 class Mode(str, Enum):
@@ -59,28 +41,15 @@ class Algorithm(str, Enum):
     random = "random"
 
 
-class ParamType(str, Enum):
-    int = "int"
-    float = "float"
-    categorical = "categorical"
-
-
 class Tokenizer(str, Enum):
     checkpoint = "checkpoint"  # the checkpoint's tokenizer.json (an error when it has none)
     bytes = "bytes"            # UTF-8 bytes as token ids: only for checkpoints without a tokenizer (the test fixture)
 
 
-class Fault(str, Enum):
-    """Faults injected into a trial, for testing the failure handling (never set in a real sweep)."""
-
-    error = "error"          # raise RuntimeError at the first sample
-    oom = "oom"              # raise torch.OutOfMemoryError at the first sample
-    hang = "hang"            # sleep forever at the first sample (the trial timeout must end it)
-    kill = "kill"            # SIGKILL the worker process at the first sample
-    invalid = "invalid"      # raise RecdiffError (an invalid combination) at the first sample
-
-
 # ------------------------------------------------------------------------------------------- benchmark
+# The choices of the `benchmark` parameter; their order is part of every recorded distribution, so new names go last.
+BENCHMARKS = ("compose", "arith", "gsm8k", "math500", "minerva_math", "humaneval", "mbpp", "lm_eval")
+INTEGER_OPTIONS = ("limit", "offset", "seed", "n_shot")   # benchmark options that must be integers
 
 
 def benchmark_label(benchmark: Any) -> str:
@@ -91,8 +60,6 @@ def benchmark_label(benchmark: Any) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- model
-
-
 def model_name(path: str) -> str:
     """A model's default name: the last part of its path or hub id (``recdiff/assets/embedded`` → ``embedded``)."""
     return str(path).rstrip("/").rsplit("/", 1)[-1] or str(path)
@@ -108,92 +75,7 @@ class ModelConfig:
     compile: bool = False             # compiled decoding (CPU: torch.compile; CUDA: CUDA graphs of whole steps)
 
 
-# --------------------------------------------------------------------------------------------- samplers
-
-
-@dataclass
-class SamplerConfig:
-    name: str = MISSING
-
-
-@dataclass
-class StaticSamplerConfig(SamplerConfig):
-    name: str = "static"
-    r: int = 32
-    init_scale: float = 0.0
-    kv_cache: KVCache = KVCache.shared
-
-
-@dataclass
-class AdaptiveSamplerConfig(SamplerConfig):
-    name: str = "adaptive"
-    r: int = 32
-    epsilon: float = 0.03
-    init_scale: float = 0.0
-    kv_cache: KVCache = KVCache.shared
-    exit_in_prefill: bool = True
-
-
-@dataclass
-class SpeculativeSamplerConfig(SamplerConfig):
-    name: str = "speculative"
-    r: int = 32
-    r_draft: int = 4
-    lookahead: int = 4
-    init_scale: float = 0.0
-    kv_cache: KVCache = KVCache.shared
-
-
-@dataclass
-class DiffusionSamplerConfig(SamplerConfig):
-    name: str = "diffusion"
-    r: int = 32
-    r_inner: int = 4
-    beta: float = 0.0
-    beta_schedule: BetaSchedule = BetaSchedule.linear
-    eta: float = 0.1
-    epsilon: float = 0.03
-    wavefront: int = 128
-    headway: int = 1
-    init_scale: float = 0.0
-    continuous_compute: bool = False
-    freeze: Freeze = Freeze.adaptive
-    freeze_rule: FreezeRule = FreezeRule.prefix
-    adaptive_rule: AdaptiveRule = AdaptiveRule.paper
-    r_freeze: Optional[int] = None    # null: r in fixed mode, no budget in adaptive mode
-    pad_id: Optional[int] = None      # null: extra headway positions get random ids
-    kv_cache: KVCache = KVCache.shared
-    max_steps: Optional[int] = None   # null = the sampler's own cap
-
-
-SAMPLER_SCHEMAS: dict[str, type] = {
-    "static": StaticSamplerConfig,
-    "adaptive": AdaptiveSamplerConfig,
-    "speculative": SpeculativeSamplerConfig,
-    "diffusion": DiffusionSamplerConfig,
-}
-
-# Every sampler key of docs/architecture.md (the names Optuna parameters may take).
-SAMPLER_KEYS: tuple[str, ...] = tuple(
-    dict.fromkeys(k for s in SAMPLER_SCHEMAS.values() for k in s.__dataclass_fields__ if k != "name")
-)
-
 # ----------------------------------------------------------------------------------------------- study
-
-
-@dataclass
-class ParamSpace:
-    """One Optuna distribution: ``int``/``float`` with ``low``/``high`` (``log``, ``step``) or ``categorical``."""
-
-    type: ParamType = MISSING
-    low: Optional[float] = None
-    high: Optional[float] = None
-    log: bool = False
-    step: Optional[float] = None
-    choices: Optional[List[Any]] = None
-    values: Optional[List[Any]] = None    # the points used by ``study.algorithm=grid``
-
-
 @dataclass
 class StudyConfig:
     name: str = MISSING
@@ -221,12 +103,26 @@ class StudyConfig:
     max_retry: int = 2                    # a trial whose worker died is re-queued at most this often
     max_duplicates: int = 32              # consecutive duplicate proposals before the space counts as exhausted
 
+    def __post_init__(self) -> None:
+        if self.heartbeat_interval < 1:
+            raise RecdiffError(f"study.heartbeat_interval={self.heartbeat_interval} must be >= 1 (seconds)")
+        if self.grace_period <= self.heartbeat_interval:
+            raise RecdiffError(f"study.grace_period={self.grace_period} must exceed study.heartbeat_interval="
+                               f"{self.heartbeat_interval}, or live trials would count as dead")
+        if self.max_retry < 0:
+            raise RecdiffError(f"study.max_retry={self.max_retry} must be >= 0")
+        if self.mode == Mode.search and self.n_trials < 1:
+            raise RecdiffError(f"study.n_trials={self.n_trials} must be >= 1")
+        directions = [str(d) for d in self.directions]
+        if len(self.metric_names) != len(directions) or any(d not in ("maximize", "minimize") for d in directions):
+            raise RecdiffError(f"study.directions={directions} must be maximize/minimize, one per study.metric_names")
+
 
 # ------------------------------------------------------------------------------------------------- run
-
-
 @dataclass
 class RunConfig:
+    """How a trial generates and measures: the same rules as ``recdiff.generate``, and the runner's own."""
+
     max_new_tokens: int = 256
     temperature: float = 0.0
     top_p: float = 1.0
@@ -238,84 +134,145 @@ class RunConfig:
     timeout_s: Optional[float] = None     # per trial; the trial is FAIL when it runs longer
     threads: Optional[int] = None         # torch CPU threads (null = torch's default)
     progress: bool = True                 # tqdm bar over the samples (stderr)
-    inject_fault: Optional[Fault] = None  # testing only
+
+    def __post_init__(self) -> None:
+        if not is_int(self.max_new_tokens) or self.max_new_tokens < 1:
+            raise RecdiffError(f"run.max_new_tokens={self.max_new_tokens!r} must be an integer >= 1")
+        for name, check in (("temperature", temperature), ("top_p", top_p)):
+            complaint = check(getattr(self, name))
+            if complaint:
+                raise RecdiffError(f"run.{name}={getattr(self, name)!r} {complaint}")
+        for name in ("warmup", "n_traces"):
+            if getattr(self, name) < 0:
+                raise RecdiffError(f"run.{name}={getattr(self, name)!r} must be >= 0")
+        if self.timeout_s is not None and not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            raise RecdiffError(f"run.timeout_s={self.timeout_s!r} must be a number > 0 (or null: no limit)")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise RecdiffError(f"run.batch_size={self.batch_size!r} must be >= 1 (or null: the device's default)")
+        if self.speed_samples < 1:
+            raise RecdiffError(f"run.speed_samples={self.speed_samples!r} must be >= 1")
+        if self.threads is not None and self.threads < 1:
+            raise RecdiffError(f"run.threads={self.threads!r} must be >= 1 (or null: torch's default)")
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """What one trial runs: the sampler's settings and how to generate and measure."""
+
+    sampler: SamplerParams
+    run: RunConfig
+
+
+# ------------------------------------------------------------------------------------------------ plan
+def _plain(value: Any) -> Any:
+    """Nested dataclasses, dicts and lists as JSON-like values, enums as their values: what OmegaConf's
+    ``to_container(enum_to_str=True)`` gives for the composed config, without a round trip through OmegaConf (a few
+    hundred times slower, and a trial needs it several times)."""
+    if dataclasses.is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value.value if isinstance(value, Enum) else value
 
 
 @dataclass
 class Config:
     model: ModelConfig = MISSING
-    sampler: Any = MISSING                # one of SAMPLER_SCHEMAS (chosen by the sampler/ group)
+    sampler: SamplerParams = MISSING      # one of recdiff.params.SAMPLER_PARAMS (chosen by the sampler/ group)
     benchmark: Any = MISSING              # options of recdiff.benchmarks.get_benchmark (+ name)
     study: StudyConfig = MISSING
     run: RunConfig = field(default_factory=RunConfig)
     worker: int = 0                       # index of an ask/tell worker (sweep it to start several)
 
+    def __post_init__(self) -> None:
+        for key in INTEGER_OPTIONS:
+            v = self.benchmark.get(key)
+            if v is not None and not is_int(v):
+                raise RecdiffError(f"benchmark.{key}={v!r} must be an integer")
+        if self.study.mode == Mode.search:
+            self._check_search()
+        else:
+            reason = self.sampler.complaint()
+            if reason:
+                raise RecdiffError(reason)
+            self.grid_params()
+
+    def _check_search(self) -> None:
+        """In a search, the fixed settings and each end of the searched ranges on their own: combinations of sampled
+        values are judged per trial (PRUNED when invalid)."""
+        searched = self.search_space()
+        name, spec = self.sampler.name, self.sampler.spec()
+        for key, value in self.sampler.params().items():
+            complaint = spec[key][1](value) if key not in searched else None
+            if complaint:
+                raise RecdiffError(f"{name} sampler: {key}={value!r} {complaint}")
+        for key, dist in searched.items():
+            for end in getattr(dist, "choices", None) or (dist.low, dist.high):
+                complaint = spec[key][1](end)
+                if complaint:
+                    raise RecdiffError(f"study.space.{key}: {name} sampler: {key}={end!r} {complaint}")
+
+    # ---- the Optuna parameters
+    def grid_params(self) -> dict[str, tuple[Any, Any]]:
+        """(value, distribution) of every parameter of this trial: the sampler's set values, the sampler's and the
+        benchmark's names."""
+        values = {"sampler": self.sampler.name, "benchmark": str(self.benchmark["name"]), **self.sampler.params()}
+        for name in values:
+            if name not in self.study.space:
+                raise RecdiffError(f"study.space has no entry for parameter {name!r}")
+        return {k: self.study.space[k].recorded(k, v) for k, v in values.items()}
+
+    def search_space(self) -> dict[str, Any]:
+        """The distributions of the searched keys (``study.search``)."""
+        keys = {f.name for f in self.sampler.declared()}
+        space = {}
+        for name in self.study.search:
+            if name not in keys:
+                raise RecdiffError(f"study.search: {name!r} is not a setting of sampler {self.sampler.name!r} "
+                                   f"(it has {', '.join(sorted(keys))})")
+            if name not in self.study.space:
+                raise RecdiffError(f"study.search: {name!r} has no entry in study.space")
+            space[name] = self.study.space[name].distribution()
+        if not space:
+            raise RecdiffError("study.mode=search needs study.search (the keys to search, e.g. [r_inner, beta])")
+        return space
+
+    # ---- derived plans and views
+    @property
+    def trial(self) -> TrialSpec:
+        return TrialSpec(sampler=self.sampler, run=self.run)
+
+    def with_sampler(self, sampler: SamplerParams | None = None, **values: Any) -> "Config":
+        """This plan with another sampler node (a baseline's) or other sampler values (a searched trial's)."""
+        return dataclasses.replace(self, sampler=dataclasses.replace(sampler or self.sampler, **values))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The resolved config as plain values: a trial's ``config`` user attribute, what its ``config_hash`` and
+        ``identity`` are computed from (``recdiff/study/identity.py``)."""
+        return _plain(self)
+
+
+def make_plan(cfg: DictConfig) -> Config:
+    """The typed plan of a composed config, every setting checked (one :class:`RecdiffError` line)."""
+    return OmegaConf.to_object(cfg)
+
 
 def register() -> None:
     """Store the schemas; config files extend them through their defaults lists."""
-    from omegaconf import OmegaConf
-
     OmegaConf.register_new_resolver("recdiff.model_name", model_name, replace=True)
     OmegaConf.register_new_resolver("recdiff.benchmark_label", benchmark_label, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     cs.store(group="model", name="model_schema", node=ModelConfig)
     cs.store(group="study", name="study_schema", node=StudyConfig)
-    for name, schema in SAMPLER_SCHEMAS.items():
-        cs.store(group="sampler", name=f"{name}_schema", node=schema)
+    for name, params in SAMPLER_PARAMS.items():
+        cs.store(group="sampler", name=name, node=params)
+    space = {**default_space(),
+             "sampler": ParamSpace(type=ParamType.categorical, choices=list(SAMPLER_PARAMS)),
+             "benchmark": ParamSpace(type=ParamType.categorical, choices=list(BENCHMARKS))}
+    cs.store(group="study/space", name="default", node=space)
 
 
 register()
-
-
-# ------------------------------------------------------------------------------------------ one-line errors
-
-
-def _did_you_mean(key: str, parent: Any) -> str:
-    try:
-        from omegaconf import OmegaConf
-
-        candidates = list(OmegaConf.to_container(parent, resolve=False).keys()) if parent is not None else []
-    except Exception:
-        candidates = []
-    close = difflib.get_close_matches(key, [str(c) for c in candidates], n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
-
-def describe_error(exc: BaseException) -> str:
-    """One line for a Hydra composition / OmegaConf validation / recdiff error."""
-    from hydra.errors import MissingConfigException
-    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
-
-    chain: list[BaseException] = []
-    e: BaseException | None = exc
-    while e is not None and e not in chain:
-        chain.append(e)
-        e = e.__cause__ or e.__context__
-    for e in chain:
-        full_key = getattr(e, "full_key", None)
-        if isinstance(e, (ConfigKeyError, ConfigAttributeError)) and full_key:
-            key = str(full_key).rsplit(".", 1)[-1]
-            return f"unknown config key '{full_key}'{_did_you_mean(key, getattr(e, 'parent_node', None))}"
-        if isinstance(e, ValidationError):
-            msg = str(e).splitlines()[0].strip()
-            return f"{full_key}: {msg}" if full_key else msg
-        if isinstance(e, OmegaConfBaseException) and full_key:
-            return f"{full_key}: {str(e).splitlines()[0].strip()}"
-        if isinstance(e, MissingConfigException):
-            lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-            options = []
-            for ln in lines[1:]:
-                if ln.startswith("Config search path"):
-                    break
-                if not ln.endswith(":") and not ln.endswith("_schema"):
-                    options.append(ln)
-            hint = f" (available: {', '.join(options)})" if options else ""
-            return f"{lines[0] if lines else 'missing config'}{hint}"
-    lines = str(exc).strip().splitlines()
-    text = lines[0] if lines else type(exc).__name__
-    # Hydra's "Could not override 'x'." alone says little; add the cause's first line.
-    cause = exc.__cause__
-    if cause is not None and str(cause).strip():
-        text = f"{text.rstrip('.')}: {str(cause).strip().splitlines()[0]}"
-    return " ".join(text.split())

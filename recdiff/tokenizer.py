@@ -6,13 +6,16 @@ Saved as ``tokenizer.json`` + ``tokenizer_config.json`` + ``special_tokens_map.j
 ``transformers.PreTrainedTokenizerFast`` / ``AutoTokenizer`` loads it offline.  No BOS is added on
 encoding (no post-processor), so ``tokenizer(text)`` and ``tokenizer.encode(text)`` give the same ids as
 training regardless of ``add_special_tokens``.
+
+Also how a sweep encodes a prompt (:func:`encode_prompt`), and :class:`ByteCodec`, UTF-8 bytes as token ids for
+checkpoints without a tokenizer.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -98,3 +101,28 @@ def _bytes_to_unicode() -> dict[int, str]:
             cs.append(256 + n)
             n += 1
     return dict(zip(bs, (chr(c) for c in cs)))
+
+
+# ---- prompt encoding (sweeps, lm-eval) -----------------------------------------------------------------------
+class ByteCodec:
+    """Prompt encoding for checkpoints without a tokenizer, opted into with ``model.tokenizer=bytes`` (the test
+    fixture; see :func:`recdiff.trial.workload.check_tokenizer`): UTF-8 bytes as token ids."""
+
+    eos_token_id = None
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
+
+
+def encode_prompt(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of a prompt: the tokenizer's special tokens (BOS) unless the text starts with BOS already (a chat
+    template wrote it); UTF-8 bytes with :class:`ByteCodec`."""
+    if isinstance(tokenizer, ByteCodec):
+        return tokenizer.encode(text)
+    bos = getattr(tokenizer, "bos_token", None)
+    # a chat template already wrote the BOS token; do not add a second one
+    special = not (bos and text.startswith(bos))
+    return list(tokenizer.encode(text, add_special_tokens=special))

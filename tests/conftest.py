@@ -18,22 +18,21 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _shared() -> Path:
-    """The shared folder: ``RECDIFF_SHARED``; else ``../shared`` beside the checkout; else ``shared/`` inside it (a
-    git-ignored copy, which travels with the checkout to a machine that has no ``../shared``: tests/gpu/README.md)."""
+    """The folder whose ``fixtures/raven_tiny`` the tests read: ``RECDIFF_SHARED``; else ``../shared`` beside the
+    checkout where it holds the fixtures (the team's layout, where newer reference outputs arrive); else the copy that
+    travels with the repository, ``tests/fixtures`` (so a fresh clone runs every parity test)."""
     if "RECDIFF_SHARED" in os.environ:
         return Path(os.environ["RECDIFF_SHARED"])
-    inside = REPO / "shared"
-    if not (REPO.parent / "shared" / "fixtures").is_dir() and (inside / "fixtures").is_dir():
-        return inside
-    return REPO.parent / "shared"
+    beside = REPO.parent / "shared"
+    return beside if (beside / "fixtures" / "raven_tiny" / "config.json").is_file() else REPO / "tests"
 
 
 SHARED = _shared()
 RAVEN_TINY = SHARED / "fixtures" / "raven_tiny"
 # every folder holding reference outputs: the checkpoint and its perturbed twin
 FIXTURE_DIRS = [d for d in (RAVEN_TINY, RAVEN_TINY / "perturbed") if (d / "generate.json").is_file()]
-MISSING = (f"reference fixtures not found under {RAVEN_TINY} (set RECDIFF_SHARED to the shared folder, or copy it "
-           "to shared/ in the checkout)")
+MISSING = (f"reference fixtures not found under {RAVEN_TINY} (RECDIFF_SHARED names a folder without "
+           "fixtures/raven_tiny; unset it to use the repository's tests/fixtures)")
 
 torch.set_num_threads(1)
 

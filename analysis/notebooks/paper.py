@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt
 import polars as pl
 from IPython.display import Markdown, display
 
-from analysis.claims import CLAIMS, judge_all
+from analysis.claims import CLAIMS, count_outcomes, judge_all
 from analysis.paper import load_paper
 from analysis.report import plan_figures
 from analysis.tables import sampler_table
@@ -40,6 +40,7 @@ print(f"scale {manifest['scale']}: {len(trials)} recipe studies, {sum(len(t) for
 
 # %%
 verdicts = judge_all(trials, [c for c in CLAIMS if c.recipe in trials])
+print("verdicts:", count_outcomes([v for _, v in verdicts]))
 with pl.Config(tbl_rows=-1, fmt_str_lengths=200, tbl_width_chars=250):
     display(pl.DataFrame([{"figure": f"{c.recipe}/{c.figure}", "paper": c.paper, "verdict": v.status,
                            "evidence": v.evidence} for c, v in verdicts]))

@@ -15,7 +15,7 @@ The test split is the first ``n_problems`` distinct test questions drawn from ``
 
 Scoring is GSM8K's: the last number in the completion (``flexible_extract``) against the reference.
 The prompt format (``Q: <question>\\nA:``) and the completion format (`` <solution>\\n\\n`` + EOS) are
-shared with the training recipe in :mod:`recdiff.train`.
+shared with the training recipe in :mod:`recdiff.tools.train`.
 """
 
 from __future__ import annotations
@@ -270,7 +270,7 @@ class ArithBenchmark(Benchmark):
         return out
 
 
-# ---- training data (recdiff.train: data.task=arith, conf/train/embedded_arith.yaml) ----------------------
+# ---- training data (recdiff.tools.train: data.task=arith, conf/train/embedded_arith.yaml) ----------------------
 
 class Curriculum:
     """Solution layout per training problem: during the first ``frac`` of the run the share of problems written

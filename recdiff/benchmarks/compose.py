@@ -220,10 +220,10 @@ class ComposeBenchmark(Benchmark):
         return out
 
 
-# ---- training data (recdiff.train: data.task=compose) ----------------------------------------------------
+# ---- training data (recdiff.tools.train: data.task=compose) ----------------------------------------------------
 
 class TrainingData:
-    """Train-split problems for :mod:`recdiff.train`, byte tokenizer, curriculum on the largest ``K``.
+    """Train-split problems for :mod:`recdiff.tools.train`, byte tokenizer, curriculum on the largest ``K``.
 
     Curriculum: the *level* (largest K; K uniform in 1..level) starts at ``data.curriculum_start`` and goes up by
     one whenever the running exact match of the training batches reaches ``data.curriculum_threshold``, up to

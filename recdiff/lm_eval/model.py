@@ -66,7 +66,7 @@ class RecdiffLM(TemplateLM):
         super().__init__()
         import recdiff
         from recdiff.samplers import check_params
-        from recdiff.trial import resolve_device, resolve_model_path
+        from recdiff.load import resolve_device, resolve_model_path
 
         try:
             self.params = check_params(str(sampler), params)
@@ -114,8 +114,8 @@ class RecdiffLM(TemplateLM):
         return int(self.model.config.block_size)
 
     def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs: Any) -> list[int]:
-        """``add_special_tokens=None``: as a sweep encodes a prompt (:func:`recdiff.trial.encode_prompt`)."""
-        from recdiff.trial import encode_prompt
+        """``add_special_tokens=None``: as a sweep encodes a prompt (:func:`recdiff.tokenizer.encode_prompt`)."""
+        from recdiff.tokenizer import encode_prompt
 
         if add_special_tokens is None:
             return encode_prompt(self.tokenizer, string)

@@ -3,19 +3,13 @@
 
 from __future__ import annotations
 
+from recdiff.checks import validate
+from recdiff.params import AdaptiveParams
 from recdiff.samplers.ar import ARBatch
-from recdiff.samplers.base import Options, boolean, non_negative, one_of, positive, recurrence, validate
+from recdiff.samplers.base import Options
 
-SPEC = {
-    "r": (32, recurrence),
-    "epsilon": (0.03, positive),
-    "init_scale": (0.0, non_negative),
-    "kv_cache": ("shared", one_of("shared", "per_step")),
-    # the authors' sampler also exits during the prefill (mean δ over the prompt); False prefills at r
-    "exit_in_prefill": (True, boolean),
-}
-
-RULES: list = []
+SPEC = AdaptiveParams.spec()   # the parameters are declared in recdiff/params.py
+RULES = AdaptiveParams.rules
 
 
 def make_batch(opts: Options, params: dict) -> ARBatch:

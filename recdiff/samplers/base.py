@@ -1,14 +1,15 @@
-"""What every sampler shares: parameter validation, token selection, stop conditions, the result type."""
+"""What every sampler shares: token selection, stop conditions, the result type (parameters: recdiff/params.py)."""
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor
 
+from recdiff.checks import temperature as temperature_check
+from recdiff.checks import top_p as top_p_check
 from recdiff.errors import RecdiffError
 from recdiff.model import RecurrentDepthModel
 
@@ -24,110 +25,16 @@ class GenerationResult:
     time_s: float | None = field(default=None, compare=False)
 
 
-# --------------------------------------------------------------------------------------------- parameters
-Check = Callable[[Any], str | None]  # returns a complaint or None
-
-
-# The most recurrences a sampler accepts per token (Huginn-0125 was trained around 32 and evaluated up to 64-128):
-# beyond it a call is far more likely a typo than an experiment, and it would run for hours without a word.
-MAX_RECURRENCE = 1024
-
-
-def positive_int(v: Any) -> str | None:
-    return None if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else "must be an integer >= 1"
-
-
-def recurrence(v: Any) -> str | None:
-    """A recurrence count: an integer in [1, MAX_RECURRENCE]."""
-    ok = isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_RECURRENCE
-    return None if ok else f"must be an integer in [1, {MAX_RECURRENCE}]"
-
-
-def non_negative_int(v: Any) -> str | None:
-    return None if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else "must be an integer >= 0"
-
-
-def unit_interval(v: Any) -> str | None:
-    return None if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1 else "must be in [0, 1]"
-
-
-def half_open_unit(v: Any) -> str | None:
-    return None if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1 else "must be in [0, 1)"
-
-
-def non_negative(v: Any) -> str | None:
-    return None if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else "must be a number >= 0"
-
-
-def positive(v: Any) -> str | None:
-    return None if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else "must be a number > 0"
-
-
-def boolean(v: Any) -> str | None:
-    return None if isinstance(v, bool) else "must be true or false"
-
-
-def one_of(*choices: str) -> Check:
-    def check(v: Any) -> str | None:
-        return None if v in choices else f"must be one of {', '.join(choices)}"
-
-    return check
-
-
-def optional(check: Check) -> Check:
-    """``check``, with None allowed (the sampler then picks its own value)."""
-
-    def checked(v: Any) -> str | None:
-        complaint = None if v is None else check(v)
-        return complaint and complaint.replace("must be", "must be null or", 1)
-
-    return checked
-
-
-Rule = Callable[[dict[str, Any]], str | None]  # a combination of validated values → a complaint or None
-
-
-def at_most(name: str, bound: str) -> Rule:
-    """``name`` may not exceed ``bound`` (both parameters; a None value is not checked)."""
-
-    def rule(p: dict[str, Any]) -> str | None:
-        a, b = p.get(name), p.get(bound)
-        return f"{name}={a} exceeds {bound}={b}" if a is not None and b is not None and a > b else None
-
-    return rule
-
-
-def validate(sampler: str, params: dict[str, Any], spec: dict[str, tuple[Any, Check]],
-             rules: Sequence[Rule] = ()) -> dict[str, Any]:
-    """Fill defaults from ``spec`` (name → (default, check)), reject unknown names, bad values and bad combinations
-    (``rules``) in one line. The API and the sweep both call this, so they accept exactly the same settings."""
-    for name in params:
-        if name not in spec:
-            close = difflib.get_close_matches(name, spec, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(sorted(spec))})"
-            raise RecdiffError(f"unknown parameter {name!r} for sampler {sampler!r}{hint}")
-    out = {name: params.get(name, default) for name, (default, _) in spec.items()}
-    for name, (_, check) in spec.items():
-        complaint = check(out[name])
-        if complaint:
-            raise RecdiffError(f"{sampler} sampler: {name}={out[name]!r} {complaint}")
-    for rule in rules:
-        complaint = rule(out)
-        if complaint:
-            raise RecdiffError(f"{sampler} sampler: {complaint}")
-    return out
-
-
 # --------------------------------------------------------------------------------------------- selection
 class Selector:
     """Greedy (temperature 0) or seeded temperature / top-p sampling over rows of logits; each sequence draws from
     its own generator, so its tokens do not depend on what else is in the batch."""
 
     def __init__(self, temperature: float, top_p: float) -> None:
-        if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not temperature >= 0:
-            raise RecdiffError(f"temperature={temperature!r} must be a number >= 0 (0 = greedy)")
-        if not isinstance(top_p, (int, float)) or isinstance(top_p, bool) or not 0 < top_p <= 1:
-            raise RecdiffError(f"top_p={top_p!r} must be in (0, 1]")
+        for name, value, check in (("temperature", temperature, temperature_check), ("top_p", top_p, top_p_check)):
+            complaint = check(value)
+            if complaint:
+                raise RecdiffError(f"{name}={value!r} {complaint}")
         self.temperature, self.top_p = float(temperature), float(top_p)
 
     @property

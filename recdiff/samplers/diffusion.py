@@ -53,50 +53,17 @@ from torch import Tensor
 from recdiff.errors import RecdiffError
 from recdiff.engine.runner import SMALL, Runner, cache_length
 from recdiff.engine.scheduler import Request
-from recdiff.samplers.base import (
-    at_most,
-    recurrence,
-    GenerationResult,
-    Options,
-    check_fits,
-    boolean,
-    half_open_unit,
-    non_negative,
-    non_negative_int,
-    one_of,
-    optional,
-    positive,
-    positive_int,
-    unit_interval,
-    validate,
-)
+from recdiff.checks import validate
+from recdiff.params import DiffusionParams
+from recdiff.samplers.base import GenerationResult, Options, check_fits
 from recdiff.samplers.diffusion_step import (PTR, StepRule, advance, beta_per_position, gather_inputs, piece,
                                              state_names)
 from recdiff.trace import DiffusionTrace
 
 __all__ = ["SPEC", "RULES", "make_batch", "DiffusionBatch", "beta_per_position"]
 
-SPEC = {
-    "r": (32, recurrence),
-    "r_inner": (4, recurrence),
-    "freeze": ("adaptive", one_of("adaptive", "fixed")),
-    "freeze_rule": ("prefix", one_of("prefix", "last")),
-    "adaptive_rule": ("paper", one_of("paper", "reference")),
-    "r_freeze": (None, optional(recurrence)),
-    "epsilon": (0.03, positive),
-    "wavefront": (128, positive_int),
-    "headway": (1, positive_int),
-    "pad_id": (None, optional(non_negative_int)),
-    "beta": (0.0, unit_interval),
-    "beta_schedule": ("linear", one_of("constant", "dampened", "linear", "sqrt")),
-    "eta": (0.1, half_open_unit),
-    "init_scale": (0.0, non_negative),
-    "continuous_compute": (False, boolean),
-    "max_steps": (None, optional(positive_int)),  # None: 4·max_new_tokens·⌈r/r'⌉, four times fixed mode's steps
-    "kv_cache": ("shared", one_of("shared")),
-}
-
-RULES = [at_most("r_inner", "r"), at_most("headway", "wavefront")]
+SPEC = DiffusionParams.spec()   # the parameters are declared in recdiff/params.py
+RULES = DiffusionParams.rules
 
 WINDOW = ("z", "e", "age")  # window state (B, rows, …): a step returns its first rows (under graphs: fixed buffers)
 

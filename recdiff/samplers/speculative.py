@@ -16,18 +16,12 @@ import torch
 
 from recdiff.engine.runner import Runner, cache_length
 from recdiff.engine.scheduler import Request
-from recdiff.samplers.base import (GenerationResult, Options, at_most, check_fits, non_negative, one_of,
-                                  positive_int, recurrence, validate)
+from recdiff.checks import validate
+from recdiff.params import SpeculativeParams
+from recdiff.samplers.base import GenerationResult, Options, check_fits
 
-SPEC = {
-    "r": (32, recurrence),
-    "r_draft": (4, recurrence),
-    "lookahead": (4, positive_int),
-    "init_scale": (0.0, non_negative),
-    "kv_cache": ("shared", one_of("shared", "per_step")),
-}
-
-RULES = [at_most("r_draft", "r")]
+SPEC = SpeculativeParams.spec()   # the parameters are declared in recdiff/params.py
+RULES = SpeculativeParams.rules
 
 
 def make_batch(opts: Options, params: dict) -> "SpeculativeBatch":

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
+from recdiff.checks import validate
+from recdiff.params import StaticParams
 from recdiff.samplers.ar import ARBatch
-from recdiff.samplers.base import Options, non_negative, one_of, recurrence, validate
+from recdiff.samplers.base import Options
 
-SPEC = {
-    "r": (32, recurrence),
-    "init_scale": (0.0, non_negative),
-    "kv_cache": ("shared", one_of("shared", "per_step")),
-}
-
-RULES: list = []
+SPEC = StaticParams.spec()   # the parameters are declared in recdiff/params.py
+RULES = StaticParams.rules
 
 
 def make_batch(opts: Options, params: dict) -> ARBatch:

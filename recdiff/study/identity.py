@@ -9,6 +9,9 @@ A study holds one identity per benchmark, and one model and one temperature/top-
 spans four benchmarks in one study). A sweep whose identity differs is refused before the model loads, with one line
 naming the differing keys: pick another ``study.name``. The same weights under another path count as the same model.
 Trials recorded before identities existed are judged by their recorded config (weights unknown).
+
+Within an identity, a trial's configuration is its ``config_hash`` (:func:`config_hash`): trials of the same hash are
+duplicates, skipped in a study and copied between the studies of a storage.
 """
 
 from __future__ import annotations
@@ -19,17 +22,39 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
 from recdiff.errors import RecdiffError
+
+if TYPE_CHECKING:
+    from recdiff.schema import Config
 
 BENCHMARK_OPERATIONAL = ("workers",)                       # how fast a benchmark is scored, not what it scores
 RUN_KEYS = ("max_new_tokens", "temperature", "top_p")
 STUDY_WIDE = ("model.", "run.temperature", "run.top_p")    # the same over all benchmarks of a study
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _DIGESTS: dict[tuple[str, int, int], str] = {}            # (file, size, mtime) → sha256, once per process
+# Keys of the config that do not change what a trial measures (left out of the configuration's hash).
+VOLATILE_KEYS = ("study", "worker", "run.progress")
+# Keys hashed at these values though the config no longer has them, so that trials recorded before they left still
+# match their configuration: run.inject_fault, a test hook that left the schema (tests/sweep/faults.py).
+HASHED_AS_BEFORE = {"run": {"inject_fault": None}}
+
+
+def config_hash(plan: Config) -> str:
+    """What makes two trials identical: the resolved config without study/bookkeeping keys."""
+    d = plan.as_dict()
+    for node, keys in HASHED_AS_BEFORE.items():
+        d[node] = {**keys, **d[node]}
+    for k in VOLATILE_KEYS:
+        node, *rest = k.split(".")
+        if rest:
+            d.get(node, {}).pop(rest[0], None)
+        else:
+            d.pop(node, None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def identity_from_config(config: Mapping[str, Any], weights: str | None = None, dtype: str | None = None,

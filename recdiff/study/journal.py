@@ -19,13 +19,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
-from optuna.storages.journal._file import get_lock_file
-from optuna.storages.journal._storage import JournalOperation
 
 from recdiff.errors import RecdiffError
+from recdiff.study.storage import JOURNAL_OP_CODES as _OP_CODES
+from recdiff.study.storage import journal_lock
 
 RECORD_START = b'{"op_code":'   # how Optuna writes every record (json.dumps with compact separators)
-_OP_CODES = {int(op) for op in JournalOperation}
 T = TypeVar("T")
 
 
@@ -85,7 +84,8 @@ class JournalFile(JournalFileBackend):
     line when the file cannot be read."""
 
     def __init__(self, file_path: str) -> None:
-        super().__init__(file_path, JournalFileSymlinkLock(file_path))
+        self.path, self.lock = file_path, JournalFileSymlinkLock(file_path)   # ours: Optuna keeps its own private
+        super().__init__(file_path, self.lock)
         self.line = 0   # the line of the record read last (names a record that cannot be replayed)
 
     def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
@@ -93,21 +93,21 @@ class JournalFile(JournalFileBackend):
             # Optuna yields line after line from log_number_from, and raises at the line after a bad one
             for line, log in enumerate(super().read_logs(log_number_from), log_number_from + 1):
                 if not isinstance(log, dict) or log.get("op_code") not in _OP_CODES:
-                    raise RecdiffError(f"journal {self._file_path} is damaged at line {line}: not a journal record; "
+                    raise RecdiffError(f"journal {self.path} is damaged at line {line}: not a journal record; "
                                        "repair cannot drop a complete line: restore it from a backup")
                 self.line = line
                 yield log
         except RecdiffError:
             raise
         except (json.JSONDecodeError, ValueError, UnicodeDecodeError):
-            raise damage_error(self._file_path) from None
+            raise damage_error(self.path) from None
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
-        with get_lock_file(self._lock):
-            seal_tail(self._file_path)
+        with journal_lock(self.lock):
+            seal_tail(self.path)
             # as Optuna writes them, in one write
             text = "\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n"
-            with open(self._file_path, "ab") as f:
+            with open(self.path, "ab") as f:
                 f.write(text.encode("utf-8"))
                 f.flush()
                 os.fsync(f.fileno())
@@ -121,7 +121,7 @@ def replayed(backend: JournalFile, make: Callable[[], T]) -> T:
         raise
     except Exception as err:  # noqa: BLE001 — a record Optuna cannot apply: name it instead of a traceback
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        raise RecdiffError(f"journal {backend._file_path} cannot be read at line {backend.line}: "
+        raise RecdiffError(f"journal {backend.path} cannot be read at line {backend.line}: "
                            f"{type(err).__name__} {first}".rstrip()) from None
 
 
@@ -191,7 +191,7 @@ def repair(path: str | os.PathLike) -> Repair:
     if not path.is_file():
         raise RecdiffError(f"no journal file at {path}")
     lock = JournalFileSymlinkLock(str(path))
-    with get_lock_file(lock):   # no writer may append meanwhile
+    with journal_lock(lock):   # no writer may append meanwhile
         lines = path.read_bytes().splitlines(keepends=True)
         report, out = Repair(path), []
         for i, line in enumerate(lines, 1):

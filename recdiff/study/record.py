@@ -9,7 +9,6 @@ Two claims made at the same moment are settled by trial number (the lower one ru
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import logging
 import os
@@ -20,39 +19,24 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.distributions import BaseDistribution
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
-from omegaconf import DictConfig, OmegaConf
 
 from recdiff.errors import RecdiffError
-from recdiff.study.storage import HEARTBEAT_ATTR
+from recdiff.study.identity import config_hash
+from recdiff.study.storage import HEARTBEAT_ATTR, storage_of, study_id, trial_id
+
+if TYPE_CHECKING:
+    from recdiff.schema import Config, TrialSpec
 
 log = logging.getLogger("recdiff.study")
 
-# Keys of the config that do not change what a trial measures (left out of the duplicate hash).
-VOLATILE_KEYS = ("study", "worker", "run.progress")
 # Set by the sweep's Hydra callback (recdiff.study.sweep_status): which result.json files this sweep wrote.
 SWEEP_TOKEN_ENV = "RECDIFF_SWEEP_TOKEN"
-
-
-def config_dict(cfg: DictConfig) -> dict[str, Any]:
-    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-
-
-def config_hash(cfg: DictConfig) -> str:
-    """What makes two trials identical: the resolved config without study/bookkeeping keys."""
-    d = config_dict(cfg)
-    for key in VOLATILE_KEYS:
-        node, *rest = key.split(".")
-        if rest:
-            d.get(node, {}).pop(rest[0], None)
-        else:
-            d.pop(node, None)
-    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def git_commit() -> str | None:
@@ -96,14 +80,14 @@ class Outcome:
     artifacts: list[str]
 
 
-def evaluate(work: Any, cfg: DictConfig, output_dir: Path) -> Outcome:
+def evaluate(work: Any, trial: TrialSpec, output_dir: Path) -> Outcome:
     """Run one trial and classify how it ended; never raises for a trial's own failure."""
     import torch
 
     from recdiff.trial import TrialTimeout, run_trial
 
     try:
-        res = run_trial(work, cfg, output_dir)
+        res = run_trial(work, trial, output_dir)
     except RecdiffError as e:
         return Outcome(TrialState.PRUNED, None, {"prune_reason": f"invalid combination: {e}"}, [])
     except TrialTimeout as e:
@@ -122,19 +106,19 @@ def evaluate(work: Any, cfg: DictConfig, output_dir: Path) -> Outcome:
     return Outcome(TrialState.COMPLETE, [res.accuracy, res.tokens_per_s], res.attrs, artifacts)
 
 
-def provenance(cfg: DictConfig, device: str, output_dir: Path) -> dict[str, Any]:
-    return {"config": config_dict(cfg), "config_hash": config_hash(cfg), "git_commit": git_commit(),
+def provenance(plan: Config, device: str, output_dir: Path) -> dict[str, Any]:
+    return {"config": plan.as_dict(), "config_hash": config_hash(plan), "git_commit": git_commit(),
             "device": device_name(device), "versions": library_versions(), "output_dir": str(output_dir)}
 
 
-def upload_artifacts(storage: BaseStorage, trial_id: int, paths: list[str], artifact_dir: str) -> None:
+def upload_artifacts(storage: BaseStorage, tid: int, paths: list[str], artifact_dir: str) -> None:
     from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 
     if not paths:
         return
     Path(artifact_dir).mkdir(parents=True, exist_ok=True)
     store = FileSystemArtifactStore(base_path=artifact_dir)
-    frozen = storage.get_trial(trial_id)
+    frozen = storage.get_trial(tid)
     for p in paths:
         if Path(p).is_file():
             upload_artifact(artifact_store=store, file_path=p, study_or_trial=frozen, storage=storage)
@@ -191,12 +175,13 @@ def reusable(study: optuna.Study, digest: str, identity: Mapping[str, Any]) -> t
     defaults) this way instead of computing them once per recipe."""
     from recdiff.study.identity import key, trial_identity
 
-    storage = study._storage
+    storage = storage_of(study)
     ours = key(identity)
     for other in storage.get_all_studies():
-        if other._study_id == study._study_id:
+        if other.study_name == study.study_name:
             continue
-        for t in storage.get_all_trials(other._study_id, deepcopy=False, states=(TrialState.COMPLETE,)):
+        other_id = storage.get_study_id_from_name(other.study_name)
+        for t in storage.get_all_trials(other_id, deepcopy=False, states=(TrialState.COMPLETE,)):
             if t.user_attrs.get("config_hash") != digest or "reused_from" in t.user_attrs:
                 continue
             theirs = trial_identity(t.user_attrs)
@@ -216,38 +201,39 @@ def claim_trial(study: optuna.Study, params: dict[str, tuple[Any, BaseDistributi
                 attrs: dict[str, Any]) -> FrozenTrial:
     """A RUNNING trial for this configuration, with a first heartbeat: its re-queued retry when there is one (the
     retry keeps the link to the failed attempt), else a new trial."""
-    storage = study._storage
+    storage = storage_of(study)
     for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         if t.user_attrs.get("config_hash") == attrs["config_hash"] and \
-                storage.set_trial_state_values(t._trial_id, TrialState.RUNNING):   # False: another worker took it
-            storage.set_trial_system_attr(t._trial_id, HEARTBEAT_ATTR, time.time())
+                storage.set_trial_state_values(trial_id(t), TrialState.RUNNING):   # False: another worker took it
+            storage.set_trial_system_attr(trial_id(t), HEARTBEAT_ATTR, time.time())
             for k, v in attrs.items():
-                storage.set_trial_user_attr(t._trial_id, k, v)
-            return storage.get_trial(t._trial_id)
+                storage.set_trial_user_attr(trial_id(t), k, v)
+            return storage.get_trial(trial_id(t))
     template = optuna.trial.create_trial(
         state=TrialState.RUNNING, params={k: v for k, (v, _) in params.items()},
         distributions={k: d for k, (_, d) in params.items()}, user_attrs=attrs,
         system_attrs={HEARTBEAT_ATTR: time.time()})
     template.datetime_start = datetime.datetime.now()
-    return storage.get_trial(storage.create_new_trial(study._study_id, template_trial=template))
+    return storage.get_trial(storage.create_new_trial(study_id(study), template_trial=template))
 
 
-def store_artifacts(storage: BaseStorage, trial_id: int, outcome: Outcome, artifact_dir: str) -> None:
+def store_artifacts(study: optuna.Study, trial: optuna.trial.Trial | FrozenTrial, outcome: Outcome,
+                    artifact_dir: str) -> None:
     """Upload the outcome's artifacts; when that fails, the outcome becomes FAIL (never a COMPLETE trial pointing at
     artifacts that were not written)."""
     try:
-        upload_artifacts(storage, trial_id, outcome.artifacts, artifact_dir)
+        upload_artifacts(storage_of(study), trial_id(trial), outcome.artifacts, artifact_dir)
     except OSError as e:
         outcome.state, outcome.values = TrialState.FAIL, None
         outcome.attrs.update(fail_kind="artifacts",
                              fail_reason=f"cannot store artifacts in {artifact_dir}: {e.strerror or e}")
 
 
-def finish_trial(study: optuna.Study, trial_id: int, outcome: Outcome, artifact_dir: str) -> FrozenTrial:
+def finish_trial(study: optuna.Study, trial: FrozenTrial, outcome: Outcome, artifact_dir: str) -> FrozenTrial:
     """Artifacts, user attributes, then the final state of a claimed trial."""
-    storage = study._storage
-    store_artifacts(storage, trial_id, outcome, artifact_dir)
+    storage, tid = storage_of(study), trial_id(trial)
+    store_artifacts(study, trial, outcome, artifact_dir)
     for k, v in outcome.attrs.items():
-        storage.set_trial_user_attr(trial_id, k, v)
-    storage.set_trial_state_values(trial_id, outcome.state, values=outcome.values)
-    return storage.get_trial(trial_id)
+        storage.set_trial_user_attr(tid, k, v)
+    storage.set_trial_state_values(tid, outcome.state, values=outcome.values)
+    return storage.get_trial(tid)

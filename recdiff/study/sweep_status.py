@@ -3,12 +3,11 @@
 A Hydra callback (``conf/hydra/default.yaml``) tags the run with a token that every ``result.json`` of it carries
 (launchers start jobs in other processes, so the token travels in the environment), and at the end counts the
 states of the results under the run or sweep directory (the baselines it recorded apart: a sweep whose own trials all
-failed exits non-zero). ``sweep.py`` reads :data:`LAST` after Hydra returns.
+failed exits non-zero) and writes those counts to ``sweep.json`` there (:data:`SUMMARY_FILE`: what ran, for a
+program that starts sweeps, such as ``python -m analysis paper``). ``sweep.py`` reads :data:`LAST` after Hydra returns.
 
-At the end the callback also prints the speed-up table of the sweep's identities (:func:`print_speedup_table`):
-one row per COMPLETE trial of the study with those identities, with accuracy and its interval, tokens/s, the
-speed-up over static AR at r=32 and the accuracy change in points (``analysis.tables.speedup_table``, the numbers
-of the report and Table 1).
+The summary also holds the identities of the sweep's trials, for the closing speed-up table that ``sweep.py`` prints
+with the analysis (the library does not import the analysis, which is built on it).
 """
 
 from __future__ import annotations
@@ -28,12 +27,37 @@ from omegaconf import DictConfig
 from recdiff.study.record import SWEEP_TOKEN_ENV
 
 
+SUMMARY_FILE = "sweep.json"
+# what became of each configuration a sweep's jobs met (baselines included), by its result.json: see :func:`kind`
+KINDS = ("measured", "reused", "already_in_study", "running_elsewhere", "failed", "pruned")
+
+
+def kind(result: dict[str, Any]) -> str:
+    """``measured`` (computed by this sweep), ``reused`` (copied from another study of the storage that measured the
+    same configuration under the same identity), ``already_in_study`` (this study held it COMPLETE: skipped),
+    ``running_elsewhere`` (claimed by another process), ``failed``, ``pruned``."""
+    state = result.get("state")
+    if state == "SKIPPED":
+        return "running_elsewhere"
+    if state == "COMPLETE":
+        if result.get("skipped_duplicate"):
+            return "already_in_study"
+        return "reused" if "reused_from" in (result.get("user_attrs") or {}) else "measured"
+    return "failed" if state == "FAIL" else "pruned"
+
+
 @dataclass
 class Summary:
     root: Path
+    token: str = ""
     states: Counter = field(default_factory=Counter)
     baselines: Counter = field(default_factory=Counter)      # states of the baselines this sweep recorded
+    kinds: Counter = field(default_factory=Counter)          # :func:`kind` of every result, baselines included
     identities: list[Any] = field(default_factory=list)     # of this sweep's trials (skipped duplicates included)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"token": self.token, "states": dict(self.states), "baselines": dict(self.baselines),
+                "counts": {k: self.kinds[k] for k in KINDS}}
 
     @property
     def nothing_completed(self) -> bool:
@@ -50,7 +74,7 @@ LAST: Summary | None = None
 
 
 def summarize(root: Path, token: str) -> Summary:
-    summary = Summary(root)
+    summary = Summary(root, token)
     for f in root.rglob("result.json"):
         try:
             data = json.loads(f.read_text())
@@ -59,35 +83,11 @@ def summarize(root: Path, token: str) -> Summary:
         if data.get("sweep_token") != token:
             continue
         (summary.baselines if data.get("baseline") else summary.states)[str(data.get("state"))] += 1
+        summary.kinds[kind(data)] += 1
         identity = (data.get("user_attrs") or {}).get("identity")
         if identity is not None and identity not in summary.identities:
             summary.identities.append(identity)
     return summary
-
-
-def print_speedup_table(root: Path, identities: list[Any], out: Any = None) -> None:
-    """The study's COMPLETE trials of these identities, relative to static AR at r=32 (nothing when the sweep
-    recorded no identity). Never fails the sweep: a table that cannot be made is one line on stderr."""
-    if not identities or not (root / "study.json").is_file():
-        return
-    try:
-        import polars as pl
-
-        from analysis.load import load_trials
-        from analysis.tables import format_speedup, speedup_table
-        from recdiff.study.identity import key
-
-        df = load_trials(root)
-        df = df.filter(pl.col("identity").is_in([key(i) for i in identities]))
-        table = speedup_table(df)
-        name = df["study"][0]
-        text = format_speedup(table)
-    except Exception as exc:  # noqa: BLE001 — the trials are recorded; only the summary is missing
-        print(f"speed-up table: not shown ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})",
-              file=sys.stderr, flush=True)
-        return
-    print(f"\nstudy {name}: {table.height} trials, relative to static AR (r=32)\n{text}", file=out or sys.stdout,
-          flush=True)
 
 
 class SweepStatus(Callback):
@@ -101,7 +101,10 @@ class SweepStatus(Callback):
         token = os.environ.get(SWEEP_TOKEN_ENV)
         if token:
             LAST = summarize(Path(root), token)
-            print_speedup_table(Path(root), LAST.identities)
+            try:
+                (Path(root) / SUMMARY_FILE).write_text(json.dumps(LAST.to_json(), indent=2) + "\n")
+            except OSError as exc:  # the trials are recorded; only this summary is missing
+                print(f"sweep summary not written: {exc}", file=sys.stderr, flush=True)
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._start()

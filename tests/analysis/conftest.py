@@ -62,7 +62,19 @@ def trace() -> dict:
     return make_trace()
 
 
-def _attrs(out: Path, n: int, sampler: dict, acc: float, tps: float, traced: bool, kv_bytes: int) -> dict:
+REFERENCE_TPS = 1200.0 / 32   # static AR at r=32 in build_trials: every trial's speed-up is timed against it
+
+
+def _timing(tps: float) -> dict:
+    """What recdiff.timing.PairedTiming.attrs() records: tokens/s ±3%, the paired speed-up ±3%, 3 rounds, 1 thread."""
+    speedup = tps / REFERENCE_TPS
+    return {"tokens_per_s_lo": 0.97 * tps, "tokens_per_s_hi": 1.03 * tps, "speedup": speedup,
+            "speedup_lo": 0.97 * speedup, "speedup_hi": 1.03 * speedup, "reference_tokens_per_s": REFERENCE_TPS,
+            "timing_rounds": 3, "threads": 1}
+
+
+def _attrs(out: Path, n: int, sampler: dict, acc: float, tps: float, traced: bool, kv_bytes: int,
+           timed: bool = True) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     samples = pl.DataFrame({
         "problem_id": [f"p{i}" for i in range(4)], "prompt": ["q"] * 4, "output": ["a"] * 4,
@@ -74,22 +86,24 @@ def _attrs(out: Path, n: int, sampler: dict, acc: float, tps: float, traced: boo
     if traced:
         make_trace(out / "trace_0.npz")
         traces = [str(out / "trace_0.npz")]
-    return {"accuracy_low": max(acc - 0.05, 0.0), "accuracy_high": min(acc + 0.05, 1.0), "n_samples": 4,
+    timing = _timing(tps) if timed and tps else {}
+    return {**timing, "accuracy_low": max(acc - 0.05, 0.0), "accuracy_high": min(acc + 0.05, 1.0), "n_samples": 4,
             "core_passes_per_token": 8.0, "peak_memory_bytes": 10 * 2**20, "kv_cache_bytes": kv_bytes,
             "output_dir": str(out), "samples_path": str(out / "samples.parquet"), "trace_paths": traces,
             "config": {"sampler": {"name": sampler["name"], **{k: v for k, v in sampler.items() if k != "name"}},
                        "benchmark": {"name": "gsm8k"}, "model": {"name": "tiny"}}}
 
 
-def build_trials(root: Path) -> list[optuna.trial.FrozenTrial]:
+def build_trials(root: Path, timed: bool = True) -> list[optuna.trial.FrozenTrial]:
     """Diffusion r′ × β grid, an ε sweep, static AR at several r (r=32 with and without KV
-    sharing), adaptive and speculative baselines, and one failed trial."""
+    sharing), adaptive and speculative baselines, and one failed trial. `timed=False`: as recorded before paired
+    timing (no tokens/s interval, no speed-up)."""
     trials, n = [], 0
 
     def add(params: dict, sampler: dict, acc: float | None, tps: float | None, traced=False, kv_bytes=2**20,
             state=optuna.trial.TrialState.COMPLETE):
         nonlocal n
-        attrs = _attrs(root / f"trial_{n:03d}", n, sampler, acc or 0.0, tps or 0.0, traced, kv_bytes)
+        attrs = _attrs(root / f"trial_{n:03d}", n, sampler, acc or 0.0, tps or 0.0, traced, kv_bytes, timed)
         trials.append(optuna.trial.create_trial(
             params=params, distributions={k: CategoricalDistribution(CHOICES[k]) for k in params},
             values=None if acc is None else [acc, tps], user_attrs=attrs, state=state))
@@ -121,15 +135,24 @@ def journal_storage(path: Path) -> optuna.storages.JournalStorage:
     return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
 
 
-@pytest.fixture
-def study_dir(tmp_path: Path) -> Path:
-    """A sweep output dir: journal storage + study.json, as the sweep writes it."""
-    root = tmp_path / "sweep"
+def _sweep_dir(root: Path, timed: bool) -> Path:
     root.mkdir()
     study = optuna.create_study(study_name="synthetic", directions=["maximize", "maximize"],
                                 storage=journal_storage(root / "journal.log"))
     set_metric_names(study)
-    for t in build_trials(root / "trials"):
+    for t in build_trials(root / "trials", timed):
         study.add_trial(t)
     (root / "study.json").write_text(json.dumps({"storage": str(root / "journal.log"), "study_name": "synthetic"}))
     return root
+
+
+@pytest.fixture
+def study_dir(tmp_path: Path) -> Path:
+    """A sweep output dir: journal storage + study.json, as the sweep writes it."""
+    return _sweep_dir(tmp_path / "sweep", timed=True)
+
+
+@pytest.fixture
+def unpaired_study_dir(tmp_path: Path) -> Path:
+    """The same study as recorded before paired timing: no tokens/s interval, no speed-up attributes."""
+    return _sweep_dir(tmp_path / "old_sweep", timed=False)

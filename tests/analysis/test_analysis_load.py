@@ -34,6 +34,24 @@ def test_study_dir_to_tidy_table(study_dir):
     assert fail["accuracy"].to_list() == [None]
 
 
+def test_paired_timing_attributes_are_columns(study_dir, unpaired_study_dir):
+    """recdiff.timing.PairedTiming.attrs() becomes typed columns; a study recorded before paired timing loads with
+    them null (its speed-up is unknown, never computed from tokens/s measured at different times)."""
+    df = load_trials(study_dir)
+    timing = {"tokens_per_s_lo": pl.Float64, "tokens_per_s_hi": pl.Float64, "speedup": pl.Float64,
+              "speedup_lo": pl.Float64, "speedup_hi": pl.Float64, "reference_tokens_per_s": pl.Float64,
+              "timing_rounds": pl.Int64, "threads": pl.Int64}
+    assert {c: df.schema[c] for c in timing} == timing
+    ref = df.filter((pl.col("sampler") == "static") & (pl.col("r") == 32) & (pl.col("kv_cache") == "shared"))
+    assert ref["speedup"].to_list() == [1.0] and ref["timing_rounds"].to_list() == [3]
+    r4 = df.filter((pl.col("r_inner") == 4) & (pl.col("beta") == 0.0) & pl.col("epsilon").eq(0.03)).row(0, named=True)
+    assert r4["speedup"] == pytest.approx(100.0 / 37.5) and r4["tokens_per_s_lo"] == pytest.approx(0.97 * 100.0)
+    old = load_trials(unpaired_study_dir)
+    assert len(old) == len(df) and {c: old.schema[c] for c in timing} == timing
+    assert all(old[c].null_count() == len(old) for c in timing)
+    assert old.select("accuracy", "tokens_per_s").equals(df.select("accuracy", "tokens_per_s"))
+
+
 def test_sources_agree(study_dir, tmp_path):
     by_dir = load_trials(study_dir)
     by_journal = load_trials(study_dir / "journal.log")

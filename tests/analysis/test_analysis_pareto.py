@@ -9,7 +9,9 @@ import polars as pl
 import pytest
 
 from analysis import load_trials
-from analysis.pareto import dominates, hypervolume, knee, knee_index, pareto_front, pareto_mask, with_pareto
+from analysis.pareto import (dominates, hypervolume, hypervolume_interval, knee, knee_index, noisy_dominates,
+                             noisy_pareto_front, noisy_pareto_mask, pareto_front, pareto_mask, with_noisy_pareto,
+                             with_pareto)
 from recdiff.errors import RecdiffError
 
 INF = math.inf
@@ -129,3 +131,65 @@ def test_knee():
                        "accuracy": [0.9, 0.8, 0.1], "tokens_per_s": [10.0, 80.0, 100.0]})
     assert knee(df)["number"] == 1
     assert knee(df.clear()) is None
+
+
+# ------------------------------------------------------------------------------------------- with noise
+# (values, lows, highs, directions, expected mask), worked out by hand: a dominates b only when its whole interval is
+# at least as good as b's whole interval in every objective and strictly better in one.
+NOISY_TABLE = [
+    # (2,2)±0.5 vs (1,1)±0.2: 1.5 > 1.2 on both axes → dominated
+    ([(2, 2), (1, 1)], [(1.5, 1.5), (0.8, 0.8)], [(2.5, 2.5), (1.2, 1.2)], ("maximize", "maximize"), [1, 0]),
+    # the same points, intervals overlapping on the first axis: a tie there, neither dominates
+    ([(2, 2), (1, 1)], [(1.5, 1.5), (0.8, 0.8)], [(2.5, 2.5), (1.6, 1.2)], ("maximize", "maximize"), [1, 1]),
+    # touching intervals count as at least as good (zero-width intervals give Optuna's rule)
+    ([(2, 2), (2, 1)], [(2, 2), (2, 1)], [(2, 2), (2, 1)], ("maximize", "maximize"), [1, 0]),
+    ([(2, 2), (2, 2)], [(2, 2), (2, 2)], [(2, 2), (2, 2)], ("maximize", "maximize"), [1, 1]),
+    # minimised objectives: the low end is the best end
+    ([(1, 1), (3, 3)], [(0.5, 0.5), (2.8, 2.8)], [(1.5, 1.5), (3.2, 3.2)], ("minimize", "minimize"), [1, 0]),
+    ([(1, 1), (3, 3)], [(0.5, 0.5), (1.4, 2.8)], [(1.5, 1.5), (3.2, 3.2)], ("minimize", "minimize"), [1, 1]),
+    # a chain: a beats b beyond the intervals, b ties c, a ties c → only b is off the front
+    ([(3, 3), (2, 2), (2.2, 1.5)], [(2.9, 2.9), (1.9, 1.9), (1.5, 1.0)], [(3.1, 3.1), (2.1, 2.1), (3.0, 2.0)],
+     ("maximize", "maximize"), [1, 0, 1]),
+    # NaN rows are never on the front and dominate nothing
+    ([(np.nan, 9), (1, 1)], [(np.nan, 9), (1, 1)], [(np.nan, 9), (1, 1)], ("maximize", "maximize"), [0, 1]),
+]
+
+
+@pytest.mark.parametrize("points,lows,highs,directions,expected", NOISY_TABLE)
+def test_noisy_pareto_mask_matches_hand_table(points, lows, highs, directions, expected):
+    mask = noisy_pareto_mask(np.array(points, float), np.array(lows, float), np.array(highs, float), directions)
+    assert mask.tolist() == [bool(e) for e in expected]
+
+
+def test_noisy_dominance_is_beyond_the_intervals():
+    assert noisy_dominates((0.6, 110), (0.7, 120), (0.4, 90), (0.5, 100))      # better on both beyond the intervals
+    assert not noisy_dominates((0.6, 110), (0.7, 120), (0.4, 90), (0.61, 100))  # accuracy intervals overlap: a tie
+    assert not noisy_dominates((0.4, 90), (0.5, 100), (0.6, 110), (0.7, 120))
+
+
+def test_zero_width_intervals_give_optunas_front():
+    rng = np.random.default_rng(0)
+    pts = rng.integers(0, 6, size=(40, 2)).astype(float)
+    assert noisy_pareto_mask(pts, pts, pts).tolist() == pareto_mask(pts).tolist()
+
+
+def test_noisy_front_of_a_trials_table():
+    """Trial 1 is slower and less accurate than trial 0 by its measured values, but within its intervals: a tie.
+    Trial 2 is beyond trial 0's intervals on both axes. Trial 3 has no tokens/s interval (recorded before
+    intervals): its measured values count as exact."""
+    df = pl.DataFrame({"number": [0, 1, 2, 3, 4], "state": ["COMPLETE"] * 4 + ["FAIL"],
+                       "accuracy": [0.50, 0.48, 0.30, 0.20, None], "accuracy_low": [0.45, 0.43, 0.28, 0.19, None],
+                       "accuracy_high": [0.55, 0.53, 0.32, 0.21, None], "tokens_per_s": [100.0, 97.0, 50.0, 110.0, None],
+                       "tokens_per_s_lo": [96.0, 93.0, 48.0, None, None],
+                       "tokens_per_s_hi": [104.0, 101.0, 52.0, None, None]})
+    assert with_noisy_pareto(df)["pareto"].to_list() == [True, True, False, True, False]
+    assert noisy_pareto_front(df)["number"].to_list() == [3, 1, 0]   # sorted by accuracy
+    assert pareto_front(df)["number"].to_list() == [3, 0]             # without noise trial 1 is dominated
+
+
+def test_hypervolume_interval_uses_the_ends_of_the_intervals():
+    df = pl.DataFrame({"accuracy": [0.5], "accuracy_low": [0.4], "accuracy_high": [0.6], "tokens_per_s": [100.0],
+                       "tokens_per_s_lo": [90.0], "tokens_per_s_hi": [110.0]})
+    assert hypervolume_interval(df, (0, 0)) == pytest.approx((50.0, 36.0, 66.0))
+    hv, lo, hi = hypervolume_interval(df.drop("tokens_per_s_lo", "tokens_per_s_hi"), (0, 0))
+    assert hv == pytest.approx(50.0) and (lo, hi) == (-INF, INF)     # no tokens/s interval: unknown precision

@@ -46,7 +46,8 @@ def test_pareto_plot(grid):
     # Baselines: static at r=32 only (r=8 is off-scale in the paper), adaptive, speculative.
     assert {"Static AR (r=32)", "Adaptive Compute AR", "Speculative Decoding AR"} <= set(labels)
     assert "Static AR (r=8)" not in labels
-    base = {c.get_label(): c.get_offsets()[0].tolist() for c in ax.collections[2:]}  # after points, error bars
+    base = {c.get_label(): c.get_offsets()[0].tolist() for c in ax.collections
+            if c.get_label() in ("Static AR (r=32)", "Adaptive Compute AR", "Speculative Decoding AR", "Static AR (r=8)")}
     assert set(base) == {"Static AR (r=32)", "Adaptive Compute AR", "Speculative Decoding AR"}
     assert base["Static AR (r=32)"] == [36.0, 0.42]
     assert ax.get_xlabel() == LABELS["tokens_per_s"] and ax.get_ylabel() == "accuracy"
@@ -59,6 +60,24 @@ def test_pareto_plot_error_bars_and_given_axes(grid):
     diff = grid.filter((pl.col("sampler") == "diffusion") & (pl.col("state") == "COMPLETE"))
     np.testing.assert_allclose([s[:, 1] for s in bars], [[0.25, 0.6]] * len(diff))
     assert not ax.lines
+
+
+def test_pareto_plot_draws_ties_and_error_bars_on_both_axes():
+    """A (100 t/s) and B (50 t/s) trade off; D is below B's measured values but within B's accuracy interval: a tie,
+    ringed but off the line through the measured front; C lies beyond B's intervals on both axes: dominated."""
+    df = pl.DataFrame({"number": [0, 1, 2, 3], "state": ["COMPLETE"] * 4, "sampler": ["diffusion"] * 4,
+                       "r_inner": [1, 2, 4, 8], "tokens_per_s": [100.0, 50.0, 40.0, 45.0],
+                       "tokens_per_s_lo": [95.0, 48.0, 38.0, 43.0], "tokens_per_s_hi": [105.0, 52.0, 42.0, 47.0],
+                       "accuracy": [0.50, 0.52, 0.30, 0.51], "accuracy_low": [0.45, 0.47, 0.28, 0.46],
+                       "accuracy_high": [0.55, 0.57, 0.32, 0.56]})
+    ax = plots.plot_pareto(df, hue="r_inner")
+    ybars, xbars = ax.collections[1].get_segments(), ax.collections[2].get_segments()
+    np.testing.assert_allclose([s[:, 1] for s in ybars], df.select("accuracy_low", "accuracy_high").to_numpy())
+    np.testing.assert_allclose([s[:, 0] for s in xbars], df.select("tokens_per_s_lo", "tokens_per_s_hi").to_numpy())
+    (rings,) = [c for c in ax.collections if c.get_label() == "not dominated beyond the 95% intervals"]
+    assert sorted(map(tuple, rings.get_offsets().tolist())) == [(45.0, 0.51), (50.0, 0.52), (100.0, 0.50)]
+    (line,) = [l for l in ax.lines if l.get_label() == "Pareto front"]
+    assert list(zip(line.get_xdata(), line.get_ydata())) == [(50.0, 0.52), (100.0, 0.50)]
 
 
 def test_heatmap(grid):
@@ -85,6 +104,20 @@ def test_tradeoff_lines_per_group(grid):
     np.testing.assert_allclose(ax.lines[0].get_xdata(), beta0["tokens_per_s"].to_numpy())
     np.testing.assert_allclose(ax.lines[0].get_ydata(), beta0["accuracy"].to_numpy())
     assert [t.get_text() for t in ax.texts[:3]] == ["1", "2", "4"]  # points annotated with r′
+
+
+def test_tradeoff_error_bars_on_both_axes_average_repeats():
+    """Two repeats at ε=0.01 (their mean's interval: MOVER, each side's distances in quadrature ÷ 2) and one at 0.1."""
+    df = pl.DataFrame({"sampler": ["diffusion"] * 3, "epsilon": [0.01, 0.01, 0.1], "accuracy": [0.4, 0.5, 0.3],
+                       "accuracy_low": [0.3, 0.4, 0.2], "accuracy_high": [0.5, 0.6, 0.4],
+                       "tokens_per_s": [80.0, 100.0, 200.0], "tokens_per_s_lo": [77.0, 96.0, 190.0],
+                       "tokens_per_s_hi": [83.0, 104.0, 210.0]})
+    ax = plots.plot_tradeoff(df, param="epsilon", baselines=False)
+    assert ax.lines[0].get_xdata().tolist() == [90.0, 200.0] and ax.lines[0].get_ydata().tolist() == [0.45, 0.3]
+    ybars, xbars = ax.collections[0].get_segments(), ax.collections[1].get_segments()
+    half_acc, half_tps = (0.1**2 + 0.1**2) ** 0.5 / 2, (3.0**2 + 4.0**2) ** 0.5 / 2   # 0.0707, 2.5
+    np.testing.assert_allclose([s[:, 1] for s in ybars], [[0.45 - half_acc, 0.45 + half_acc], [0.2, 0.4]])
+    np.testing.assert_allclose([s[:, 0] for s in xbars], [[90 - half_tps, 90 + half_tps], [190.0, 210.0]])
 
 
 def test_tradeoff_single_line_with_baselines():

@@ -29,6 +29,34 @@ def test_write_report_writes_every_expected_file(study_dir, tmp_path, capsys):
     assert "## Pareto front — GSM8K" in report
 
 
+def test_report_front_has_ties_and_speedups_have_intervals(study_dir, tmp_path):
+    import re
+
+    out = tmp_path / "report"
+    write_report(study_dir, out, formats=("png",), figures={"pareto"}, progress=None)
+    report = (out / "report.md").read_text()
+    # 11 diffusion trials (conftest.build_trials). By the measured values 6 are non-dominated: (0.33, 420),
+    # (0.35, 408), (0.36, 220), (0.38, 208), (0.42, 120), (0.44, 108). With ±5 points of accuracy, dominating needs
+    # 10 points more accuracy *and* more tokens/s beyond ±3%: only 0.44 and 0.42 are 10 points above anything (0.32,
+    # 0.33), and those run at 200–420 tokens/s against their 108–120. All 11 tie.
+    assert "11 of 11 diffusion trials are not dominated beyond their 95% intervals" in report
+    assert "6 are non-dominated by the measured values alone" in report
+    assert re.search(r"Hypervolume w.r.t. \(0, 0\): [\d.]+ \[[\d.]+, [\d.]+\] with every point", report)
+    speed = (out / "speedup.md").read_text()
+    # static AR r=4 at 300 tokens/s: 300 / 37.5 = 8.00x, recorded with ±3%
+    assert "| 8.00x [7.76, 8.24] |" in speed and "unpaired" not in speed
+
+
+def test_report_of_a_study_recorded_before_paired_timing(unpaired_study_dir, tmp_path):
+    out = tmp_path / "report"
+    write_report(unpaired_study_dir, out, formats=("png",), figures={"pareto"}, progress=None)
+    speed = (out / "speedup.md").read_text()
+    rows = [r for r in speed.splitlines()[2:] if r.startswith("|")]
+    assert len(rows) == 18 and all("| unpaired |" in r for r in rows)
+    assert "8.00x" not in speed                       # 300 / 37.5 tokens/s, timed apart: never shown as a speed-up
+    assert "unpaired" in (out / "table1.md").read_text()
+
+
 def _tiny_study(path: Path) -> Path:
     """Three diffusion trials in a journal file: only the Pareto figure and Table 1 apply."""
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))

@@ -20,12 +20,21 @@ PAPER = [
 ]
 
 
+# The paired speed-ups (each trial timed against static AR r=32 in its own rounds) of the two diffusion settings,
+# with their intervals: (r′, benchmark) → (speed-up, low, high).
+PAIRED = {(2, "gsm8k"): (5.05, 4.90, 5.20), (2, "mbpp"): (6.03, 5.80, 6.30), (4, "gsm8k"): (4.36, 4.20, 4.50),
+          (4, "mbpp"): (4.59, 4.40, 4.80)}
+
+
 @pytest.fixture
 def paper_df() -> pl.DataFrame:
     rows = [{"number": i, "state": "COMPLETE", "sampler": s, "benchmark": b, "r": None, "r_inner": None,
              "beta": None, **p, "accuracy": a, "tokens_per_s": t} for i, (s, p, b, a, t) in enumerate(PAPER)]
     rows = [{**r, "r": r["r"] if r["r"] is not None else 32} for r in rows]
-    return pl.DataFrame(rows, schema_overrides={"beta": pl.Float64, "r_inner": pl.Int64})
+    for r in rows:
+        r["speedup"], r["speedup_lo"], r["speedup_hi"] = PAIRED.get((r["r_inner"], r["benchmark"]), (None,) * 3)
+    return pl.DataFrame(rows, schema_overrides={"beta": pl.Float64, "r_inner": pl.Int64, "speedup": pl.Float64,
+                                                "speedup_lo": pl.Float64, "speedup_hi": pl.Float64})
 
 
 def test_rows_and_relative_row(paper_df):
@@ -37,8 +46,10 @@ def test_rows_and_relative_row(paper_df):
     # Relative row: best-accuracy diffusion row (r′=4, β=0) vs static r=32, as in the paper.
     (row, rel), = t.relative
     assert row.label == "Diff. Sampler (r′=4, β_t=0)"
-    assert rel["gsm8k"] == pytest.approx((0.31, 157.3 / 36.1))
-    assert rel["mbpp"] == pytest.approx((-0.60, 70.2 / 15.3))
+    # accuracy change in points (no accuracy intervals in this table: none for the change), the paired speed-up
+    assert rel["gsm8k"].delta.value == pytest.approx(0.31) and not rel["gsm8k"].delta.known
+    assert (rel["gsm8k"].speedup.value, rel["gsm8k"].speedup.lo, rel["gsm8k"].speedup.hi) == pytest.approx(PAIRED[4, "gsm8k"])
+    assert rel["mbpp"].delta.value == pytest.approx(-0.60) and rel["mbpp"].speedup.value == pytest.approx(4.59)
 
 
 def test_markdown(paper_df):
@@ -46,7 +57,11 @@ def test_markdown(paper_df):
     lines = md.strip().splitlines()
     assert lines[0] == "| Sampler | GSM8K Acc | GSM8K t/s | MBPP Acc | MBPP t/s |"
     assert lines[2] == "| Static AR (r=32) | 41.77% | 36.1 | 31.60% | 15.3 |"
-    assert lines[-1] == "| **Relative Diff to AR (r=32)** | +0.31 | **4.36x** | -0.60 | **4.59x** |"
+    assert lines[-1] == ("| **Relative Diff to AR (r=32)** | +0.31 | **4.36x** [4.20, 4.50] | -0.60 | "
+                         "**4.59x** [4.40, 4.80] |")
+    # trials recorded before paired timing: the speed-up is unknown, not 157.3 / 36.1
+    md = sampler_table(paper_df.drop("speedup", "speedup_lo", "speedup_hi")).to_markdown()
+    assert md.strip().splitlines()[-1] == "| **Relative Diff to AR (r=32)** | +0.31 | unpaired | -0.60 | unpaired |"
 
 
 def test_latex(paper_df):
@@ -55,7 +70,8 @@ def test_latex(paper_df):
     assert r"\multicolumn{2}{c}{GSM8K} & \multicolumn{2}{c}{MBPP}" in tex
     assert r"Static AR ({\tiny$r=32$}) & 41.77\% & 36.1 & 31.60\% & 15.3 \\" in tex
     assert r"Diff. Sampler ({\tiny$r'=2,\beta_t=0.5$}) & 40.71\% & 182.2 & 27.80\% & 92.3 \\" in tex
-    assert r"Relative Diff to AR ({\tiny$r=32$}) & +0.31 & \textbf{4.36x} & -0.60 & \textbf{4.59x} \\" in tex
+    assert (r"Relative Diff to AR ({\tiny$r=32$}) & +0.31 & \textbf{4.36x} {\scriptsize [4.20, 4.50]} & -0.60 & "
+            r"\textbf{4.59x} {\scriptsize [4.40, 4.80]} \\") in tex
     # Sections separated as in the paper: reference | other static | baselines | diffusion | relative.
     assert tex.count(r"\midrule") == 5
 

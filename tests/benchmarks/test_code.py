@@ -43,7 +43,7 @@ def test_wrong_completions_fail():
 def test_hostile_program_is_contained(hostile):
     if os.geteuid() != 0 and hostile.name in ("write outside the temporary directory", "delete files",
                                               "read environment secrets"):
-        pytest.skip("only contained when run as root (private uid); see README")
+        pytest.skip("only contained when run as root (private uid); see recdiff/benchmarks/README.md")
     ok, why = run_hostile(hostile)
     assert ok, why
 

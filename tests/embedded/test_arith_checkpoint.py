@@ -9,7 +9,7 @@ import torch
 import recdiff.load as load
 from recdiff.benchmarks import get_benchmark
 import recdiff
-from recdiff.evaluate_embedded import ASSET_DIR as EMBEDDED
+from recdiff.tools.evaluate_embedded import ASSET_DIR as EMBEDDED
 
 ASSET_DIR = EMBEDDED.parent / "embedded_arith"
 
@@ -72,7 +72,8 @@ def test_depth_helps():
     """Accuracy rises with recurrence: teacher-forced exact match of the whole solution on 64 held-out problems
     from a random state (α=1); measured r=1 0.078, r=2 0.281, r=4 0.359, r=32 0.375 on the shipped checkpoint."""
     from recdiff.benchmarks import arith
-    from recdiff.train import Encoder, teacher_forced_accuracy
+    from recdiff.tools.train import teacher_forced_accuracy
+    from recdiff.tools.train_data import Encoder
 
     model = load.load_model(ASSET_DIR)
     enc = Encoder(model.tokenizer.backend_tokenizer, arith.TrainingData({"data_seed": 0, "data": {}}))

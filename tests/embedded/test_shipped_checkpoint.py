@@ -10,7 +10,7 @@ import torch
 import recdiff
 import recdiff.load as load
 from recdiff.benchmarks import checkpoint_task, compose, get_benchmark
-from recdiff.evaluate_embedded import ASSET_DIR
+from recdiff.tools.evaluate_embedded import ASSET_DIR
 
 pytestmark = pytest.mark.skipif(not (ASSET_DIR / "model.safetensors").is_file(), reason="no shipped checkpoint")
 

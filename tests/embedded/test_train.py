@@ -6,7 +6,8 @@ import math
 import pytest
 import torch
 
-from recdiff import train
+from recdiff.tools import train
+from recdiff.tools.train_data import LevelCurriculum
 from recdiff.benchmarks import arith, compose
 
 
@@ -38,7 +39,7 @@ FAST = {"batch_size": 8, "lr": 1e-2, "warmup_steps": 5, "max_steps": 60, "time_b
 
 
 def test_recipe_defaults_are_the_compose_config():
-    """recdiff.train's DEFAULTS and conf/train/compose.yaml state one recipe."""
+    """recdiff.tools.train's DEFAULTS and conf/train/compose.yaml state one recipe."""
     import yaml
     from pathlib import Path
 
@@ -85,12 +86,12 @@ def test_level_curriculum_rises_once_a_level_is_solved():
     from types import SimpleNamespace
 
     level = SimpleNamespace(value=2)
-    cur = train.LevelCurriculum(level, threshold=0.8, max_level=4)
+    cur = LevelCurriculum(level, threshold=0.8, max_level=4)
     ups = [cur.update(1.0) for _ in range(64)]
     assert [i + 1 for i, u in enumerate(ups) if u] == [32, 64] and level.value == 4
     assert not any(cur.update(1.0) for _ in range(100)) and level.value == 4   # at max_level
     level.value = 1
-    half = train.LevelCurriculum(level, threshold=0.8, max_level=4)
+    half = LevelCurriculum(level, threshold=0.8, max_level=4)
     assert not any(half.update(0.5) for _ in range(500)) and level.value == 1
 
 

@@ -101,3 +101,30 @@ def test_an_inductor_option_this_torch_lacks_is_named_in_one_line(monkeypatch):
     model.engine_options["compile"] = True
     with pytest.raises(RecdiffError, match="an_option_of_a_later_torch"):
         generate(model, [1, 2, 3], "static", r=2, max_new_tokens=2)
+
+
+SWEEP_STACK = ("hydra", "omegaconf", "optuna", "polars", "datasets", "matplotlib", "lm_eval", "analysis")
+
+
+def test_engine_samplers_and_bench_need_only_torch_numpy_safetensors():
+    """A GPU box without a registry has torch, numpy and safetensors but not the sweep stack (docs/gpu.md): every
+    sampler, the bench and the GPU tests' helpers import and run there. Checked in a process where importing any
+    package of the sweep stack fails."""
+    import subprocess
+
+    code = f"""
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {SWEEP_STACK!r}:
+            raise ModuleNotFoundError("blocked " + name)
+sys.meta_path.insert(0, Block())
+import recdiff, recdiff.bench, tests.gpu.common
+model = recdiff.load_model({str(need_fixtures())!r})
+for s in ("static", "adaptive", "speculative", "diffusion"):
+    assert len(recdiff.generate(model, [1, 2, 3], s, max_new_tokens=3, stop_token_ids=[]).tokens) == 3, s
+print("ok")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The prepared device check (tests/gpu/README.md): one run on a lent GPU machine, everything it prints under $OUT.
-#   run: bash tests/gpu/device_check.sh        (carry: shared)
+#   run: bash tests/gpu/device_check.sh        (the fixtures travel in tests/fixtures: nothing to carry)
 # Each step has its own time limit so that the whole ends inside one device call (10 min), and a failing step
 # does not stop the next. STEPS picks steps (default: all): env gpu-tests bench bench-rest profile cpu-tests.
 set -u -o pipefail

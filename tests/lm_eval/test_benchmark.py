@@ -52,7 +52,8 @@ def test_a_sweep_records_lm_evals_metric(tmp_path, arith_file):
 def test_the_tasks_max_gen_toks_bounds_the_answers(tmp_path, arith_file):
     import lm_eval
 
-    from recdiff.trial import Workload, run_trial
+    from recdiff.schema import make_plan
+    from recdiff.trial import prepare, run_trial
 
     cot = Path(lm_eval.__file__).parent / "tasks" / "gsm8k" / "gsm8k-cot.yaml"
     (tmp_path / "short.yaml").write_text(
@@ -61,9 +62,10 @@ def test_the_tasks_max_gen_toks_bounds_the_answers(tmp_path, arith_file):
     cfg = compose_cfg(["model=embedded_arith", "benchmark=lm_eval", "benchmark.task=gsm8k_cot_short", f"benchmark.include_path={tmp_path}",
                        f"benchmark.path={arith_file}", "benchmark.limit=3", "sampler=static", "sampler.r=4",
                        "run.speed_samples=1", "run.warmup=0", "run.progress=false", "run.n_traces=0"])
-    work = Workload.from_config(cfg)
+    plan = make_plan(cfg)
+    work = prepare(plan.model, plan.benchmark).load(plan.run.threads)
     assert work.benchmark.stop_strings == ["Q:"]
-    result = run_trial(work, cfg, tmp_path / "trial")
+    result = run_trial(work, plan.trial, tmp_path / "trial")
     assert [r["new_tokens"] for r in result.rows] == [5, 5, 5]   # the arith model's answers are longer
 
 

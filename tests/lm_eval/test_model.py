@@ -44,7 +44,7 @@ def gsm8k_cot_local(folder: Path, data: Path, name: str = "gsm8k_cot_local") -> 
 
 def greedy_answers(model, questions: list[str]) -> list[str]:
     """What the backend must return: recdiff.generate over lm-eval's prompts, cut at the task's stop strings."""
-    from recdiff.trial import encode_prompt
+    from recdiff.tokenizer import encode_prompt
 
     tok = model.tokenizer
     prompts = [encode_prompt(tok, f"Q: {q}\nA:") for q in questions]

@@ -13,7 +13,8 @@ from hydra.core.global_hydra import GlobalHydra
 
 REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "conf"
-SHARED = Path(os.environ.get("RECDIFF_SHARED", REPO.parent / "shared"))
+from tests.conftest import SHARED  # noqa: E402  (the fixtures the whole suite reads)
+
 FIXTURE = SHARED / "fixtures" / "raven_tiny"
 EMBEDDED = REPO / "recdiff" / "assets" / "embedded"
 
@@ -30,6 +31,13 @@ def compose_cfg(overrides: list[str] = ()):
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose(config_name="config", overrides=[*overrides, f"hydra.searchpath=[file://{REPO}]"])
+
+
+def compose_plan(overrides: list[str] = ()):
+    """The typed plan of a composed config (every setting checked), as a sweep job builds it."""
+    from recdiff.schema import make_plan
+
+    return make_plan(compose_cfg(overrides))
 
 
 def run_sweep(args: list[str], timeout: float = 240, env: dict | None = None, check: bool = True,

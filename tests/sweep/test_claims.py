@@ -14,17 +14,17 @@ from optuna.trial import TrialState
 import recdiff.trial
 from recdiff import study as rs
 
-from .conftest import compose_cfg
-from .test_study import FakeWork, fake_run_trial
+from .conftest import compose_plan
+from .test_study import fake_run_trial, grid_trial
 
 
-def grid_cfg(tmp_path: Path, *extra: str):
-    return compose_cfg([f"study.storage={tmp_path}/j.log", f"study.artifact_dir={tmp_path}/art", "study.name=c",
-                        "sampler.r_inner=2", "study.heartbeat_interval=1", "study.grace_period=2", *extra])
+def grid_plan(tmp_path: Path, *extra: str):
+    return compose_plan([f"study.storage={tmp_path}/j.log", f"study.artifact_dir={tmp_path}/art", "study.name=c",
+                         "sampler.r_inner=2", "study.heartbeat_interval=1", "study.grace_period=2", *extra])
 
 
-def open_(cfg):
-    s = cfg.study
+def open_(plan):
+    s = plan.study
     return rs.open_study(s, rs.open_storage(s.storage, s.heartbeat_interval, s.grace_period, s.max_retry))
 
 
@@ -33,24 +33,24 @@ def test_a_running_configuration_is_skipped_by_a_second_sweep(tmp_path, monkeypa
     started, release = threading.Event(), threading.Event()
     run = fake_run_trial(calls)
 
-    def slow(work, cfg, out):
+    def slow(work, trial, out):
         started.set()
         assert release.wait(30)
-        return run(work, cfg, out)
+        return run(work, trial, out)
 
     monkeypatch.setattr(recdiff.trial, "run_trial", slow)
-    cfg = grid_cfg(tmp_path)
-    first = threading.Thread(target=rs.run_grid_trial, args=(cfg, open_(cfg), FakeWork(), tmp_path / "a"))
+    plan = grid_plan(tmp_path)
+    first = threading.Thread(target=grid_trial, args=(plan, open_(plan), tmp_path / "a"))
     first.start()
     try:
         assert started.wait(30)
         # the second sweep (its own storage object, as another process has) sees the claim and does not evaluate
-        assert rs.run_grid_trial(cfg, open_(cfg), FakeWork(), tmp_path / "b") is None
+        assert grid_trial(plan, open_(plan), tmp_path / "b") is None
     finally:
         release.set()
         first.join(30)
     assert calls == [2]
-    (t,) = open_(cfg).get_trials()
+    (t,) = open_(plan).get_trials()
     assert t.state == TrialState.COMPLETE and t.values == [0.2, 50.0]
     import json
 
@@ -61,18 +61,18 @@ def test_a_running_configuration_is_skipped_by_a_second_sweep(tmp_path, monkeypa
 def test_claims_made_at_the_same_moment_are_settled_by_trial_number(tmp_path, monkeypatch):
     calls: list = []
     monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial(calls))
-    cfg = grid_cfg(tmp_path)
-    study = open_(cfg)
-    digest = rs.config_hash(cfg)
-    other = rs.claim_trial(study, rs.grid_params(cfg), {"config_hash": digest})   # another process, a moment earlier
+    plan = grid_plan(tmp_path)
+    study = open_(plan)
+    digest = rs.config_hash(plan)
+    other = rs.claim_trial(study, plan.grid_params(), {"config_hash": digest})   # another process, a moment earlier
     looks = []
 
     def holder(s, d):   # our first look came before the other claim was visible
         looks.append(d)
         return None if len(looks) == 1 else rs.record.holder(s, d)
 
-    monkeypatch.setattr(rs.loop, "holder", holder)
-    assert rs.run_grid_trial(cfg, study, FakeWork(), tmp_path / "late") is None
+    monkeypatch.setattr(rs.grid, "holder", holder)
+    assert grid_trial(plan, study, tmp_path / "late") is None
     assert calls == []
     trials = study.get_trials()
     assert [t.state for t in trials] == [TrialState.RUNNING, TrialState.PRUNED]
@@ -82,15 +82,15 @@ def test_claims_made_at_the_same_moment_are_settled_by_trial_number(tmp_path, mo
 def test_a_crashed_claimants_configuration_runs_again_after_the_grace_period(tmp_path, monkeypatch):
     calls: list = []
     monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial(calls))
-    cfg = grid_cfg(tmp_path)
-    study = open_(cfg)
-    dead = rs.claim_trial(study, rs.grid_params(cfg), {"config_hash": rs.config_hash(cfg)})   # then SIGKILL
-    assert rs.run_grid_trial(cfg, open_(cfg), FakeWork(), tmp_path / "early") is None         # still alive: skipped
+    plan = grid_plan(tmp_path)
+    study = open_(plan)
+    dead = rs.claim_trial(study, plan.grid_params(), {"config_hash": rs.config_hash(plan)})   # then SIGKILL
+    assert grid_trial(plan, open_(plan), tmp_path / "early") is None         # still alive: skipped
     assert calls == []
     time.sleep(2.5)
-    assert rs.run_grid_trial(cfg, open_(cfg), FakeWork(), tmp_path / "late") == (0.2, 50.0)
+    assert grid_trial(plan, open_(plan), tmp_path / "late") == (0.2, 50.0)
     assert calls == [2]
-    trials = open_(cfg).get_trials()
+    trials = open_(plan).get_trials()
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE]   # no WAITING retry left behind
     assert trials[0].number == dead.number and trials[0].user_attrs["fail_kind"] == "worker_died"
     assert trials[1].system_attrs["failed_trial"] == dead.number
@@ -101,10 +101,10 @@ def test_a_trial_whose_artifacts_cannot_be_stored_is_not_complete(tmp_path, monk
     calls: list = []
     monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial(calls))
     (tmp_path / "blocker").write_text("a file where the artifact directory should be")
-    cfg = grid_cfg(tmp_path, f"study.artifact_dir={tmp_path}/blocker/art")
-    study = open_(cfg)
-    assert rs.run_grid_trial(cfg, study, FakeWork(), tmp_path / "job") is None
+    plan = grid_plan(tmp_path, f"study.artifact_dir={tmp_path}/blocker/art")
+    study = open_(plan)
+    assert grid_trial(plan, study, tmp_path / "job") is None
     (t,) = study.get_trials()
     assert t.state == TrialState.FAIL and t.values is None
     assert t.user_attrs["fail_kind"] == "artifacts" and "cannot store artifacts" in t.user_attrs["fail_reason"]
-    assert not optuna.artifacts.get_all_artifact_meta(t, storage=study._storage)
+    assert not optuna.artifacts.get_all_artifact_meta(t, storage=rs.storage_of(study))

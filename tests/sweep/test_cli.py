@@ -13,6 +13,7 @@ import pytest
 from optuna.trial import TrialState
 
 from .conftest import CONF, EMBEDDED, REPO, TINY, compose_cfg, load, popen_sweep, requires_fixture, run_sweep
+from .faults import fault_args
 
 # The README's main command, shrunk to a slice 2 CPU cores run in seconds. On the embedded model when it is
 # there; before that on the fixture checkpoint (random weights: r=8 keeps each trial short).
@@ -82,7 +83,7 @@ def test_rerun_skips_identical_configurations(main_run):
 @requires_fixture
 def test_failing_trials_are_fail_and_the_sweep_continues(tmp_path):
     # error, a hang ended by the timeout, an invalid combination at runtime, and one good trial, in one multirun
-    proc = run_sweep(["-m", "run.inject_fault=error,hang,invalid,null", "sampler=static", "sampler.r=2",
+    proc = run_sweep(["-m", *fault_args("error", "hang", "invalid", None), "sampler=static", "sampler.r=2",
                       "run.timeout_s=5", *TINY, *job_args(tmp_path)])
     # an out-of-range setting is a configuration error: exit 2, nothing recorded (not a PRUNED trial per rerun)
     proc2 = run_sweep(["-m", "sampler=static", "sampler.r=0", *TINY, *job_args(tmp_path)[1:],
@@ -106,7 +107,7 @@ def test_killed_worker_leaves_no_running_trial(tmp_path):
     args = ["study=search", "study.search=[r]", "sampler=static", "study.space.r.low=1", "study.space.r.high=64",
             "study.algorithm=random", "study.n_trials=2", "study.heartbeat_interval=1", "study.grace_period=3",
             "study.name=killed", *TINY, *job_args(tmp_path)]
-    worker = popen_sweep([*args, "run.inject_fault=hang"], log=tmp_path / "w0.log")
+    worker = popen_sweep([*args, *fault_args("hang")], log=tmp_path / "w0.log")
     storage = str(tmp_path / "journal.log")
     try:
         deadline = time.time() + 120
@@ -138,9 +139,11 @@ def test_killed_worker_leaves_no_running_trial(tmp_path):
 
 
 def config_options() -> list[list[str]]:
-    """One override list per config file: every group option, experiment and sweeps recipe."""
-    cases = []
-    for group in ("model", "sampler", "benchmark", "study", "experiment"):
+    """One override list per config file and structured config: every group option, experiment and sweeps recipe."""
+    from recdiff.params import SAMPLER_PARAMS
+
+    cases = [[f"sampler={name}"] for name in SAMPLER_PARAMS]
+    for group in ("model", "benchmark", "study", "experiment"):
         for f in sorted((CONF / group).glob("*.yaml")):
             cases.append([f"{group}={f.stem}"])
     for f in sorted((REPO / "sweeps").glob("*.yaml")):
@@ -154,7 +157,10 @@ def config_options() -> list[list[str]]:
 def test_every_config_file_composes(overrides):
     from omegaconf import OmegaConf
 
+    from recdiff.schema import make_plan
+
     cfg = compose_cfg(overrides)
+    make_plan(cfg)   # every setting passes the plan's checks
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert resolved["sampler"]["name"] in ("static", "adaptive", "speculative", "diffusion")
     assert resolved["study"]["metric_names"] == ["accuracy", "tokens_per_s"]

@@ -11,9 +11,9 @@ import pytest
 from optuna.trial import TrialState
 
 from recdiff.errors import RecdiffError
-from recdiff.study.preflight import check_run, check_sampler
 
-from .conftest import TINY, compose_cfg, load, requires_fixture, run_sweep
+from .conftest import TINY, compose_plan, load, requires_fixture, run_sweep
+from .faults import fault_args
 
 
 def recorded(storage: Path) -> int:
@@ -59,39 +59,38 @@ def test_a_configuration_error_is_one_line_and_records_nothing(tmp_path, overrid
 def test_a_sweep_that_completes_no_trial_exits_non_zero(tmp_path):
     args = [*TINY, "sampler=static", "sampler.r=1", "study.name=failing", f"study.storage={tmp_path}/j.log",
             f"study.artifact_dir={tmp_path}/art"]
-    proc = run_sweep(["-m", "run.inject_fault=error,oom", *args, f"hydra.sweep.dir={tmp_path}/all"], check=False)
+    proc = run_sweep(["-m", *fault_args("error", "oom"), *args, f"hydra.sweep.dir={tmp_path}/all"], check=False)
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1] == f"error: no trial of this sweep completed (2 FAIL); see {tmp_path}/all"
     # one good trial among failures: success; a single run (no -m) that fails: failure
-    assert run_sweep(["-m", "run.inject_fault=error,null", *args, f"hydra.sweep.dir={tmp_path}/mixed"]).returncode == 0
-    single = run_sweep([*args, "run.inject_fault=error", "sampler.r=2", f"hydra.run.dir={tmp_path}/one"], check=False)
+    assert run_sweep(["-m", *fault_args("error", None), *args, f"hydra.sweep.dir={tmp_path}/mixed"]).returncode == 0
+    single = run_sweep([*args, *fault_args("error"), "sampler.r=2", f"hydra.run.dir={tmp_path}/one"], check=False)
     assert single.returncode == 1 and "no trial of this sweep completed (1 FAIL)" in single.stderr
     states = [t.state for t in load(f"{tmp_path}/j.log", "failing").get_trials()]
     assert states.count(TrialState.FAIL) == 4 and states.count(TrialState.COMPLETE) == 1
     # a re-run that only skips what is COMPLETE is fine
-    assert run_sweep([*args, "run.inject_fault=null", f"hydra.run.dir={tmp_path}/again"]).returncode == 0
+    assert run_sweep([*args, f"hydra.run.dir={tmp_path}/again"]).returncode == 0
     assert json.loads((tmp_path / "again" / "result.json").read_text())["skipped_duplicate"] is True
 
 
 def test_run_settings_are_checked_with_the_api_rules():
-    check_run(compose_cfg().run)
+    compose_plan()
     for override, message in [("run.temperature=nan", "run.temperature=nan must be a number >= 0"),
                               ("run.timeout_s=0", "run.timeout_s=0.0 must be a number > 0"),
                               ("run.threads=0", "run.threads=0 must be >= 1"),
                               ("run.warmup=-1", "run.warmup=-1 must be >= 0")]:
         with pytest.raises(RecdiffError, match=message.replace("(", r"\(")):
-            check_run(compose_cfg([override]).run)
+            compose_plan([override])
 
 
 def test_a_search_checks_fixed_settings_and_range_ends_but_leaves_combinations_to_the_trials():
-    searched = ("r_inner", "beta")
+    search = ["study=search", "study.search=[r_inner,beta]"]
     # r_inner up to 32 with r=8: some proposals are invalid combinations, which the trials prune
-    check_sampler(compose_cfg(["study=search", "study.search=[r_inner,beta]", "sampler.r=8"]), searched)
+    compose_plan([*search, "sampler.r=8"])
     with pytest.raises(RecdiffError, match=r"diffusion sampler: eta=1.5 must be in \[0, 1\)"):
-        check_sampler(compose_cfg(["study=search", "study.search=[r_inner,beta]", "sampler.eta=1.5"]), searched)
+        compose_plan([*search, "sampler.eta=1.5"])
     with pytest.raises(RecdiffError, match=r"study.space.r_inner: diffusion sampler: r_inner=0 must be"):
-        check_sampler(compose_cfg(["study=search", "study.search=[r_inner,beta]", "study.space.r_inner.low=0",
-                                   "study.space.r_inner.log=false"]), searched)
+        compose_plan([*search, "study.space.r_inner.low=0", "study.space.r_inner.log=false"])
     # a grid trial is one fixed combination: all of the sampler's rules apply
     with pytest.raises(RecdiffError, match=r"headway=8 exceeds wavefront=4"):
-        check_sampler(compose_cfg(["sampler.wavefront=4", "sampler.headway=8"]))
+        compose_plan(["sampler.wavefront=4", "sampler.headway=8"])

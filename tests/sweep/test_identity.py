@@ -14,12 +14,12 @@ from recdiff import study as rs
 from recdiff.errors import RecdiffError
 from recdiff.study.identity import conflict, identity_from_config, weights_digest
 
-from .conftest import FIXTURE, TINY, compose_cfg, load, requires_fixture, run_sweep
+from .conftest import FIXTURE, TINY, compose_cfg, compose_plan, load, requires_fixture, run_sweep
 from .test_study import FakeWork, fake_run_trial
 
 
 def ident(*overrides: str, weights: str | None = "w1") -> dict:
-    return identity_from_config(rs.config_dict(compose_cfg(list(overrides))), weights=weights, dtype="float32")
+    return identity_from_config(compose_plan(list(overrides)).as_dict(), weights=weights, dtype="float32")
 
 
 def test_identity_holds_what_changes_a_measurement_and_nothing_else():
@@ -56,15 +56,15 @@ def test_weights_digest_follows_the_bytes(tmp_path):
 def test_a_run_measured_otherwise_is_refused_naming_the_keys(tmp_path, monkeypatch):
     monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial([]))
     base = [f"study.storage={tmp_path}/j.log", f"study.artifact_dir={tmp_path}/art", "study.name=i"]
-    cfg = compose_cfg([*base, "benchmark.limit=32"])
-    study = rs.open_study(cfg.study, rs.open_storage(cfg.study.storage))
-    rs.run_grid_trial(cfg, study, FakeWork(), tmp_path / "job", ident("benchmark.limit=32"))
+    plan = compose_plan([*base, "benchmark.limit=32"])
+    study = rs.open_study(plan.study, rs.open_storage(plan.study.storage))
+    rs.run_grid_trial(plan, study, FakeWork(), tmp_path / "job", ident("benchmark.limit=32"))
     rs.check_identity(study, ident("benchmark.limit=32", "sampler.r_inner=8"))       # same identity: fine
     with pytest.raises(RecdiffError, match=r"study 'i' holds trials measured otherwise \(trial 0\): "
                                            r"benchmark.limit=2 here, 32 there\. .*another study.name"):
         rs.check_identity(study, ident("benchmark.limit=2"))
     # trials recorded before identities existed are judged by their config
-    legacy = rs.config_dict(compose_cfg(["benchmark.limit=7"]))
+    legacy = compose_plan(["benchmark.limit=7"]).as_dict()
     study.add_trial(optuna.trial.create_trial(values=[0.1, 1.0], params={}, distributions={},
                                               user_attrs={"config": legacy}))
     with pytest.raises(RecdiffError, match=r"\(trial 1\): benchmark.limit=32 here, 7 there"):

@@ -1,5 +1,5 @@
 """``hydra/launcher=slurm`` for real: a one-node SLURM cluster on this machine (tests/sweep/slurm_cluster.py), a grid
-sweep submitted through Hydra's submitit launcher, and the README's failure semantics when a job is cancelled.
+sweep submitted through Hydra's submitit launcher, and the failure semantics of docs/sweeps.md when a job is cancelled.
 
 The cluster's tests are skipped, with the reason, only where slurmctld cannot start: without root.
 """

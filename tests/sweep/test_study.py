@@ -17,18 +17,31 @@ from recdiff import study as rs
 from recdiff.errors import RecdiffError
 from recdiff.trial import TrialResult, TrialTimeout
 
-from .conftest import compose_cfg
+from .conftest import compose_plan
 
 
 class FakeWork:
     device = "cpu"
 
 
+def identity(plan) -> dict:
+    """The plan's identity without a checkpoint (no weights digest): what these in-process tests record."""
+    return rs.identity_from_config(plan.as_dict())
+
+
+def grid_trial(plan, study, job_dir):
+    return rs.run_grid_trial(plan, study, FakeWork(), job_dir, identity(plan))
+
+
+def search(plan, study, job_dir):
+    return rs.run_search(plan, study, FakeWork(), job_dir, identity(plan))
+
+
 def fake_run_trial(calls: list, fail: dict | None = None):
     """accuracy = r_inner / 10, tokens/s = 100 / r_inner; `fail` maps r_inner to an exception."""
 
-    def run(work, cfg, output_dir):
-        r = int(cfg.sampler.r_inner)
+    def run(work, trial, output_dir):
+        r = int(trial.sampler.r_inner)
         calls.append(r)
         if fail and r in fail:
             raise fail[r]
@@ -42,46 +55,45 @@ def fake_run_trial(calls: list, fail: dict | None = None):
     return run
 
 
-def search_cfg(tmp_path: Path, *extra: str):
-    return compose_cfg(["study=search", f"study.storage={tmp_path}/journal.log",
+def search_plan(tmp_path: Path, *extra: str):
+    return compose_plan(["study=search", f"study.storage={tmp_path}/journal.log",
                         f"study.artifact_dir={tmp_path}/artifacts", "study.name=t", "study.heartbeat_interval=1",
                         *extra])
 
 
 def test_recorded_param_widens_numeric_ranges_and_keeps_choices():
-    cfg = compose_cfg()
-    space = cfg.study.space
-    v, d = rs.recorded_param("r_inner", 4, space)
+    space = compose_plan().study.space
+    v, d = space["r_inner"].recorded("r_inner", 4)
     assert (v, d) == (4, IntDistribution(1, 32, log=True))
-    v, d = rs.recorded_param("r_inner", 64, space)            # outside: the range widens
+    v, d = space["r_inner"].recorded("r_inner", 64)            # outside: the range widens
     assert (v, d.low, d.high) == (64, 1, 64)
-    v, d = rs.recorded_param("beta", 0.2, space)
+    v, d = space["beta"].recorded("beta", 0.2)
     assert isinstance(d, FloatDistribution) and (d.low, d.high) == (0.0, 1.0)
-    v, d = rs.recorded_param("beta_schedule", "linear", space)
+    v, d = space["beta_schedule"].recorded("beta_schedule", "linear")
     assert d == CategoricalDistribution(["constant", "dampened", "linear", "sqrt"])
     with pytest.raises(RecdiffError, match="not among"):
-        rs.recorded_param("beta_schedule", "cosine", space)
+        space["beta_schedule"].recorded("beta_schedule", "cosine")
     with pytest.raises(RecdiffError, match="integer"):
-        rs.recorded_param("wavefront", 2.5, space)
+        space["wavefront"].recorded("wavefront", 2.5)
 
 
 def test_grid_params_names_are_config_keys():
-    cfg = compose_cfg(["sampler.r_inner=8"])
-    params = rs.grid_params(cfg)
+    plan = compose_plan(["sampler.r_inner=8"])
+    params = plan.grid_params()
     assert params["r_inner"][0] == 8 and params["sampler"][0] == "diffusion" and params["benchmark"][0] == "compose"
-    assert set(params) - {"sampler", "benchmark"} <= set(cfg.sampler.keys())
+    assert set(params) - {"sampler", "benchmark"} <= {f.name for f in plan.sampler.declared()}
     assert "max_steps" not in params   # unset values are not parameters
 
 
 def test_grid_trial_recorded_once_with_artifacts_and_duplicate_skipped(tmp_path, monkeypatch):
     calls: list = []
     monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial(calls))
-    cfg = compose_cfg([f"study.storage={tmp_path}/j.log", f"study.artifact_dir={tmp_path}/art", "study.name=g",
-                       "sampler.r_inner=2"])
-    storage = rs.open_storage(cfg.study.storage)
-    study = rs.open_study(cfg.study, storage)
-    assert rs.run_grid_trial(cfg, study, FakeWork(), tmp_path / "job0") == (0.2, 50.0)
-    assert rs.run_grid_trial(cfg, study, FakeWork(), tmp_path / "job1") == (0.2, 50.0)   # identical: skipped
+    plan = compose_plan([f"study.storage={tmp_path}/j.log", f"study.artifact_dir={tmp_path}/art", "study.name=g",
+                         "sampler.r_inner=2"])
+    storage = rs.open_storage(plan.study.storage)
+    study = rs.open_study(plan.study, storage)
+    assert grid_trial(plan, study, tmp_path / "job0") == (0.2, 50.0)
+    assert grid_trial(plan, study, tmp_path / "job1") == (0.2, 50.0)   # identical: skipped
     assert calls == [2]
     (t,) = study.get_trials()
     assert t.state == TrialState.COMPLETE and t.values == [0.2, 50.0] and t.params["r_inner"] == 2
@@ -103,9 +115,9 @@ def test_failures_are_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch, exc,
     monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial(calls, fail={1: exc}))
     base = [f"study.storage={tmp_path}/j.log", f"study.artifact_dir={tmp_path}/art", "study.name=f"]
     for r in (1, 2):
-        cfg = compose_cfg([*base, f"sampler.r_inner={r}"])
-        study = rs.open_study(cfg.study, rs.open_storage(cfg.study.storage))
-        rs.run_grid_trial(cfg, study, FakeWork(), tmp_path / f"job{r}")
+        plan = compose_plan([*base, f"sampler.r_inner={r}"])
+        study = rs.open_study(plan.study, rs.open_storage(plan.study.storage))
+        grid_trial(plan, study, tmp_path / f"job{r}")
     first, second = study.get_trials()
     assert first.state == state and reason in (first.user_attrs.get("fail_reason") or first.user_attrs["prune_reason"])
     assert second.state == TrialState.COMPLETE
@@ -117,14 +129,14 @@ def test_search_runs_resumes_to_the_total_and_skips_duplicates(tmp_path, monkeyp
     # r_inner over 3 values only: the sampler must propose duplicates once it has seen them all
     space = ["study.search=[r_inner]", "study.space.r_inner.low=1", "study.space.r_inner.high=3",
              "study.space.r_inner.log=false", "study.algorithm=random", "study.max_duplicates=10"]
-    cfg = search_cfg(tmp_path, "study.n_trials=2", *space)
-    study = rs.open_study(cfg.study, rs.open_storage(cfg.study.storage), rs.make_sampler(cfg.study))
-    rs.run_search(cfg, study, FakeWork(), tmp_path / "job")
+    plan = search_plan(tmp_path, "study.n_trials=2", *space)
+    study = rs.open_study(plan.study, rs.open_storage(plan.study.storage), rs.make_sampler(plan.study))
+    search(plan, study, tmp_path / "job")
     assert rs.count_trials(study) == (2, 0)
     # resume with a larger total: only the missing trial runs; the 3-point space is then exhausted
-    cfg = search_cfg(tmp_path, "study.n_trials=5", *space)
-    study = rs.open_study(cfg.study, rs.open_storage(cfg.study.storage), rs.make_sampler(cfg.study, worker=1))
-    rs.run_search(cfg, study, FakeWork(), tmp_path / "job")
+    plan = search_plan(tmp_path, "study.n_trials=5", *space)
+    study = rs.open_study(plan.study, rs.open_storage(plan.study.storage), rs.make_sampler(plan.study, worker=1))
+    search(plan, study, tmp_path / "job")
     complete = study.get_trials(states=(TrialState.COMPLETE,))
     assert sorted(t.params["r_inner"] for t in complete) == [1, 2, 3]
     assert sorted(calls) == [1, 2, 3]                            # no configuration ran twice
@@ -132,8 +144,8 @@ def test_search_runs_resumes_to_the_total_and_skips_duplicates(tmp_path, monkeyp
     assert dups and all(t.state == TrialState.PRUNED for t in dups)
     # resuming a finished study runs nothing
     calls.clear()
-    cfg = search_cfg(tmp_path, "study.n_trials=3", *space)
-    rs.run_search(cfg, rs.open_study(cfg.study, rs.open_storage(cfg.study.storage)), FakeWork(), tmp_path / "job")
+    plan = search_plan(tmp_path, "study.n_trials=3", *space)
+    search(plan, rs.open_study(plan.study, rs.open_storage(plan.study.storage)), tmp_path / "job")
     assert calls == []
     for t in complete:
         assert (Path(t.user_attrs["output_dir"]) / "result.json").exists()
@@ -142,15 +154,15 @@ def test_search_runs_resumes_to_the_total_and_skips_duplicates(tmp_path, monkeyp
 def test_stale_running_trial_is_failed_and_retried(tmp_path, monkeypatch):
     calls: list = []
     monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial(calls))
-    cfg = search_cfg(tmp_path, "study.n_trials=1", "study.search=[r_inner]", "study.grace_period=1")
-    storage = rs.open_storage(cfg.study.storage, heartbeat_interval=1, grace_period=1)
-    study = rs.open_study(cfg.study, storage, rs.make_sampler(cfg.study))
-    dead = study.ask(rs.search_space(cfg))          # a worker that asked, then died without a heartbeat
+    plan = search_plan(tmp_path, "study.n_trials=1", "study.search=[r_inner]")   # grace period: the storage's
+    storage = rs.open_storage(plan.study.storage, heartbeat_interval=1, grace_period=1)
+    study = rs.open_study(plan.study, storage, rs.make_sampler(plan.study))
+    dead = study.ask(plan.search_space())           # a worker that asked, then died without a heartbeat
     dead.set_user_attr("n_samples", 99)             # something the failed attempt had measured
-    storage.record_heartbeat(dead._trial_id)
+    rs.record_heartbeat(study, dead)
     time.sleep(1.5)
-    study = rs.open_study(cfg.study, rs.open_storage(cfg.study.storage, 1, 1), rs.make_sampler(cfg.study))
-    rs.run_search(cfg, study, FakeWork(), tmp_path / "job")
+    study = rs.open_study(plan.study, rs.open_storage(plan.study.storage, 1, 1), rs.make_sampler(plan.study))
+    search(plan, study, tmp_path / "job")
     trials = study.get_trials()
     assert trials[0].state == TrialState.FAIL and trials[0].user_attrs["fail_kind"] == "worker_died"
     assert not study.get_trials(states=(TrialState.RUNNING, TrialState.WAITING))
@@ -166,19 +178,19 @@ def test_worker_that_asks_for_a_place_another_took_first_steps_back(tmp_path, mo
     and not counted; the worker waits for the other one's trial instead of running a trial over n_trials."""
     calls: list = []
     monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial(calls))
-    cfg = search_cfg(tmp_path, "study.n_trials=1", "study.search=[r_inner]")
-    study = rs.open_study(cfg.study, rs.open_storage(cfg.study.storage, 1, 60), rs.make_sampler(cfg.study))
+    plan = search_plan(tmp_path, "study.n_trials=1", "study.search=[r_inner]")
+    study = rs.open_study(plan.study, rs.open_storage(plan.study.storage, 1, 60), rs.make_sampler(plan.study))
     ask = study.ask
 
     def ask_after_another_worker(space):
         other = ask(space)                      # the other worker asked between this one's count and its ask
-        study._storage.record_heartbeat(other._trial_id)
+        rs.record_heartbeat(study, other)
         threading.Timer(1.0, lambda: study.tell(other, [0.5, 10.0])).start()
         monkeypatch.setattr(study, "ask", ask)
         return ask(space)
 
     monkeypatch.setattr(study, "ask", ask_after_another_worker)
-    rs.run_search(cfg, study, FakeWork(), tmp_path / "job")
+    search(plan, study, tmp_path / "job")
     other, mine = study.get_trials()
     assert calls == [] and other.state == TrialState.COMPLETE
     assert mine.state == TrialState.PRUNED and mine.user_attrs["surplus"] is True
@@ -196,7 +208,7 @@ def test_storage_urls(tmp_path):
 
 
 def test_existing_study_with_other_directions_is_refused(tmp_path):
-    cfg = compose_cfg([f"study.storage={tmp_path}/j.log", "study.name=d"])
-    optuna.create_study(study_name="d", storage=rs.open_storage(cfg.study.storage), directions=["minimize", "maximize"])
+    plan = compose_plan([f"study.storage={tmp_path}/j.log", "study.name=d"])
+    optuna.create_study(study_name="d", storage=rs.open_storage(plan.study.storage), directions=["minimize", "maximize"])
     with pytest.raises(RecdiffError, match="directions"):
-        rs.open_study(cfg.study, rs.open_storage(cfg.study.storage))
+        rs.open_study(plan.study, rs.open_storage(plan.study.storage))

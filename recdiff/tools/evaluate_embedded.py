@@ -1,14 +1,14 @@
 """Measure an embedded model on its held-out benchmark split and print the model-card tables.
 
-    python -m recdiff.evaluate_embedded                                  # the shipped model, 200 held-out problems
-    python -m recdiff.evaluate_embedded --path outputs/train/compose_long/final --rows static
-    python -m recdiff.evaluate_embedded --path recdiff/assets/embedded_arith     # the previous model (arith)
+    python -m recdiff.tools.evaluate_embedded                         # the shipped model, 200 held-out problems
+    python -m recdiff.tools.evaluate_embedded --path outputs/train/compose_long/final --rows static
+    python -m recdiff.tools.evaluate_embedded --path recdiff/assets/embedded_arith   # the previous model (arith)
 
 Every row is one trial measured exactly as a sweep measures it (:func:`recdiff.trial.run_trial` on the config that
 ``conf/`` composes with ``model.path=<path> benchmark=<task> sampler=<row>``): accuracy over the slice (greedy, real
 generation, batched), tokens/s as the median over the first ``run.speed_samples`` problems decoded alone, core passes
 per generated token and the mean number of generated tokens. Rows: static AR at r ∈ {1, 2, 4, 8, 16, 32, 64},
-adaptive, speculative and the diffusion sampler at ``conf/sampler/*.yaml``'s defaults (the paper's). Also accuracy by
+adaptive, speculative and the diffusion sampler at their defaults (``recdiff/params.py``, the paper's). Also accuracy by
 difficulty (compose: ``K``) for every row, and the median relative latent change ‖s_r − s_{r−1}‖/‖s_r‖ per recurrence
 at the answer position (the prompt's last state) and over the generated positions of the static r=32 outputs.
 
@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import torch
 
-ASSET_DIR = Path(__file__).resolve().parent / "assets" / "embedded"
+ASSET_DIR = Path(__file__).resolve().parents[1] / "assets" / "embedded"
 STATIC_RS = [1, 2, 4, 8, 16, 32, 64]
 SAMPLER_ROWS = ("adaptive", "speculative", "diffusion")
 LATENT_RS = (4, 8, 16, 32, 64)
@@ -51,7 +51,7 @@ def compose_config(overrides: list[str]):
 
     import recdiff.schema  # noqa: F401  (the structured-config schemas)
 
-    conf = Path(__file__).resolve().parent.parent / "conf"
+    conf = Path(__file__).resolve().parents[2] / "conf"
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
         return compose(config_name="config", overrides=overrides)
@@ -85,29 +85,30 @@ def evaluate(path: str | Path = ASSET_DIR, n: int = 200, rows: str = "all", offs
              benchmark: str | None = None, static_rs: list[int] | None = None, samplers: list[str] | None = None,
              latent: bool | None = None, threads: int = 2, extra: list[str] = (),
              log: Callable[[str], None] = print) -> dict[str, Any]:
-    from recdiff.trial import Workload, run_trial
-
     from recdiff.benchmarks import checkpoint_task
+    from recdiff.schema import make_plan
+    from recdiff.trial import prepare, run_trial
 
     bench = benchmark or checkpoint_task(path)
     base = [f"model.path={Path(path).resolve() if Path(path).exists() else path}", f"benchmark={bench}",
             f"benchmark.limit={n}", f"benchmark.offset={offset}", "run.progress=false", f"run.threads={threads}",
             *extra]
-    plan = row_plan(rows, static_rs, samplers)
-    work = Workload.from_config(compose_config(base + (plan[0][1] if plan else [])))
+    row_overrides = row_plan(rows, static_rs, samplers)
+    first = make_plan(compose_config(base + (row_overrides[0][1] if row_overrides else [])))
+    work = prepare(first.model, first.benchmark).load(first.run.threads)
     key = DIFFICULTY.get(bench)
     results: dict[str, Any] = {"path": str(path), "benchmark": bench, "n": len(work.problems), "offset": offset,
                                "overrides": list(extra), "rows": {}}
     static32: list[dict] | None = None
     with tempfile.TemporaryDirectory() as tmp:
-        for label, overrides in plan:
-            cfg = compose_config(base + overrides)
+        for label, overrides in row_overrides:
+            trial_plan = make_plan(compose_config(base + overrides))
             t0 = time.time()
-            res = run_trial(work, cfg, Path(tmp) / label.replace(" ", "_"))
+            res = run_trial(work, trial_plan.trial, Path(tmp) / label.replace(" ", "_"))
             row = {"accuracy": res.accuracy, "low": res.attrs["accuracy_low"], "high": res.attrs["accuracy_high"],
                    "tokens_per_s": res.tokens_per_s, "core_passes_per_token": res.attrs["core_passes_per_token"],
                    "new_tokens": res.attrs["mean_new_tokens"], "wall_s": round(time.time() - t0, 1),
-                   "params": {k: v for k, v in dict(cfg.sampler).items() if v is not None}}
+                   "params": {"name": trial_plan.sampler.name, **trial_plan.sampler.params()}}
             if key:
                 by: dict[int, list[bool]] = {}
                 for p, r in zip(work.problems, res.rows):

@@ -1,0 +1,42 @@
+# Two commands set up and run everything on a fresh machine with Python 3.11+ (README, "Quick start"):
+#   make sweep    the main job on the embedded default (creates .venv on first use)
+#   make test     the test suite, as CI runs it (.ci/run)
+# The environment is .venv, built from constraints.txt (the exact versions CI tests) once, and again when
+# constraints.txt or pyproject.toml change. TORCH_INDEX=https://download.pytorch.org/whl/cpu takes torch's CPU build
+# from PyTorch's index (PyPI's Linux torch is the CUDA build, several GB); PYTHON picks the interpreter.
+
+PYTHON ?= python3
+TORCH_INDEX ?=
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+TORCH := $(shell sed -n 's/^torch==//p' constraints.txt)
+
+.PHONY: sweep test paper dashboard report env clean-env
+
+sweep: $(STAMP)
+	$(PY) sweep.py -m sampler.r_inner=1,2,4,8
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+paper: $(STAMP)
+	$(PY) -m analysis paper --scale ci
+
+report: $(STAMP)
+	$(PY) -m analysis report embedded-compose
+
+dashboard: $(STAMP)
+	$(VENV)/bin/optuna-dashboard outputs/optuna/journal.log --artifact-dir outputs/optuna/artifacts
+
+env: $(STAMP)
+
+# torch first, from the index asked for: a bare "torch" requirement resolved by pip would pull the CUDA build
+$(STAMP): constraints.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check torch==$(TORCH) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[dev,lm-eval]"
+	touch $(STAMP)
+
+clean-env:
+	rm -rf $(VENV)

@@ -1,0 +1,354 @@
+"""The samplers' parameters, each declared once: type, default, accepted values, search range, paper symbol, meaning.
+
+A parameter is a :class:`Param` (the constants below), and each sampler's dataclass (:class:`StaticParams` ...) lists
+the parameters it takes; the field's annotation is its type. Everything else derives from these declarations:
+
+- the sampler's ``SPEC`` and ``RULES``, which ``recdiff.generate`` validates (:meth:`SamplerParams.spec`);
+- the sweep's structured configs ``sampler/<name>`` and the study's default search space ``study/space/default``
+  (registered in Hydra's ConfigStore by ``recdiff/schema.py``; :func:`default_space`);
+- the parameter tables of docs/samplers.md and docs/architecture.md (``python -m recdiff.tools.sampler_docs``);
+- the analysis' axis labels (``analysis/labels.py``).
+
+Torch-free (as ``recdiff.schema``), so the sweep's command line and the analysis import it quickly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import typing
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, ClassVar, List, Optional, Sequence
+
+# omegaconf.MISSING's value, spelled out: the declarations stay OmegaConf structured configs without importing it, so
+# the engine and samplers (which read them) run where only torch, numpy and safetensors are installed (a GPU box)
+MISSING: Any = "???"
+
+from recdiff.checks import (Check, Rule, at_most, boolean, half_open_unit, is_int, non_negative, non_negative_int,
+                            one_of, optional, positive, positive_int, recurrence, unit_interval, validate)
+from recdiff.errors import RecdiffError
+
+
+# ------------------------------------------------------------------------------------------- search space
+class ParamType(str, Enum):
+    int = "int"
+    float = "float"
+    categorical = "categorical"
+
+
+@dataclass
+class ParamSpace:
+    """One Optuna distribution: ``int``/``float`` with ``low``/``high`` (``log``, ``step``) or ``categorical``.
+    A study's ``study.space`` maps parameter names to these; :func:`default_space` derives the defaults."""
+
+    type: ParamType = MISSING
+    low: Optional[float] = None
+    high: Optional[float] = None
+    log: bool = False
+    step: Optional[float] = None
+    choices: Optional[List[Any]] = None
+    values: Optional[List[Any]] = None    # the points used by ``study.algorithm=grid``
+
+    def distribution(self) -> Any:
+        """The Optuna distribution (one :class:`RecdiffError` line when the entry lacks what its type needs)."""
+        from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+        kind = ParamType(self.type).value
+        if kind == "categorical":
+            if not self.choices:
+                raise RecdiffError("a categorical study.space entry needs choices")
+            return CategoricalDistribution(list(self.choices))
+        if self.low is None or self.high is None:
+            raise RecdiffError(f"a {kind} study.space entry needs low and high")
+        if kind == "int":
+            return IntDistribution(int(self.low), int(self.high), log=bool(self.log),
+                                   step=int(self.step) if self.step else 1)
+        return FloatDistribution(float(self.low), float(self.high), log=bool(self.log),
+                                 step=float(self.step) if self.step else None)
+
+    def recorded(self, name: str, value: Any) -> tuple[Any, Any]:
+        """(value, distribution) for a value that was set rather than sampled: numeric ranges widen to hold it
+        (Optuna lets numeric ranges differ between trials; categorical choices must not)."""
+        from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+        dist = self.distribution()
+        if isinstance(dist, CategoricalDistribution):
+            if value not in dist.choices:
+                raise RecdiffError(f"{name}={value!r} is not among study.space.{name}.choices {list(dist.choices)}")
+            return value, dist
+        if isinstance(dist, IntDistribution):
+            if isinstance(value, bool) or not float(value).is_integer():
+                raise RecdiffError(f"{name}={value!r} must be an integer (study.space.{name}.type=int)")
+            value = int(value)
+            low, high = min(dist.low, value), max(dist.high, value)
+            if dist.log and low < 1:
+                return value, IntDistribution(low, high, log=False, step=1)
+            if dist.step != 1 and (value - dist.low) % dist.step:
+                return value, IntDistribution(low, high, log=dist.log, step=1)
+            return value, IntDistribution(low, high, log=dist.log, step=dist.step)
+        value = float(value)
+        low, high = min(dist.low, value), max(dist.high, value)
+        if dist.log and low <= 0:
+            return value, FloatDistribution(low, high)
+        return value, FloatDistribution(low, high, log=dist.log)
+
+
+def numeric(low: float, high: float, log: bool = False, values: Sequence[Any] | None = None) -> ParamSpace:
+    """A numeric search range; its type (int or float) comes from the parameter's annotation."""
+    return ParamSpace(type=MISSING, low=low, high=high, log=log, values=list(values) if values else None)
+
+
+# ------------------------------------------------------------------------------------------------ choices
+class BetaSchedule(str, Enum):
+    constant = "constant"
+    dampened = "dampened"
+    linear = "linear"
+    sqrt = "sqrt"
+
+
+class Freeze(str, Enum):
+    fixed = "fixed"          # Algorithm 1: freeze after r recurrences per position
+    adaptive = "adaptive"    # Algorithm 2: freeze once the latent change is below epsilon
+
+
+class FreezeRule(str, Enum):
+    prefix = "prefix"        # freeze up to k* with every compared position below epsilon (paper eq. conv)
+    last = "last"            # freeze up to the last position below epsilon (Algorithm 2's wording)
+
+
+class AdaptiveRule(str, Enum):
+    paper = "paper"          # recdiff: aligned latent change, a converged state freezes what it predicts
+    reference = "reference"  # the authors' code, bit for bit (fixtures, published runs)
+
+
+class KVCache(str, Enum):
+    shared = "shared"        # one K/V per layer and position (the paper's KV sharing)
+    per_step = "per_step"
+
+
+# ---------------------------------------------------------------------------------------------- parameters
+@dataclass(frozen=True)
+class Param:
+    """One parameter, shared by every sampler that takes it. Calling it gives the sampler dataclass's field; a
+    sampler may narrow the accepted values (``check``) or say what the parameter means for it (``meaning``)."""
+
+    default: Any
+    check: Check
+    meaning: str
+    symbol: str = ""                     # the paper's symbol, "" where the paper has none
+    label: str = ""                      # axis and legend label where it is not the symbol
+    latex: str = ""                      # the symbol typeset (Table 1's row labels)
+    space: ParamSpace | None = None      # numeric search range; a categorical one comes from the type
+
+    def __call__(self, check: Check | None = None, meaning: str | None = None) -> Any:
+        declared = dataclasses.replace(self, check=check or self.check, meaning=meaning or self.meaning)
+        return field(default=self.default, metadata={"param": declared, "declaration": self})
+
+    def plot_label(self, key: str) -> str:
+        return self.label or self.symbol or key
+
+
+# Param(default, accepted values, meaning, symbol=paper's, label=plot's, latex=typeset, space=search range)
+R = Param(32, recurrence, "recurrences per token (static AR depth; prefill depth; fixed-freeze budget)",
+          symbol="r", latex="r", space=numeric(1, 128, log=True, values=[8, 16, 32, 64]))
+R_INNER = Param(4, recurrence, "inner recurrences per sampler step; more = stabler, slower",
+                symbol="r′", latex="r'", space=numeric(1, 32, log=True, values=[1, 2, 4, 8]))
+BETA = Param(0.0, unit_interval, "state-noise mixing; helps when r′ is small",
+             symbol="β_t", latex=r"\beta_t", space=numeric(0.0, 1.0, values=[0.0, 0.1, 0.2, 0.5]))
+BETA_SCHEDULE = Param(BetaSchedule.linear, one_of("constant", "dampened", "linear", "sqrt"),
+                      "how β_t falls with the steps at a position (linear: the paper's choice)",
+                      label="β_t schedule")
+ETA = Param(0.1, half_open_unit, "embedding momentum; small but non-zero is best",
+            symbol="η", latex=r"\eta", space=numeric(0.0, 0.9, values=[0.0, 0.1, 0.3, 0.5]))
+EPSILON = Param(0.03, positive, "freeze a position once its relative latent change is below this",
+                symbol="ε", latex=r"\varepsilon", space=numeric(0.001, 0.3, log=True, values=[0.01, 0.03, 0.1]))
+WAVEFRONT = Param(128, positive_int, "most positions refined at once (bounds memory); 64-128 best on A100",
+                  symbol="W", label="max wavefront", latex="W",
+                  space=numeric(1, 512, log=True, values=[16, 32, 64, 128, 256]))
+HEADWAY = Param(1, positive_int, "positions appended per step",
+                symbol="headway", latex=r"\text{headway}", space=numeric(1, 8, values=[1, 2, 4]))
+INIT_SCALE = Param(0.0, non_negative, "scale of new random states (0 = zeros, deterministic)",
+                   symbol="α", latex=r"\alpha", space=numeric(0.0, 2.0, values=[0.0, 0.5, 1.0]))
+CONTINUOUS_COMPUTE = Param(False, boolean, "initialise a new state from the state one position to the left",
+                           label="continuous compute")
+FREEZE = Param(Freeze.adaptive, one_of("adaptive", "fixed"),
+               "adaptive (Algorithm 2: once the latent change is below ε) or fixed (Algorithm 1: after r_freeze "
+               "recurrences)")
+FREEZE_RULE = Param(FreezeRule.prefix, one_of("prefix", "last"),
+                    "prefix: every compared position up to k* below ε (eq. conv); last: the last one below ε")
+ADAPTIVE_RULE = Param(AdaptiveRule.paper, one_of("paper", "reference"),
+                      "paper (recdiff) or reference (the authors' code, bit for bit; README, \"Matching the "
+                      "authors' reference\")")
+R_FREEZE = Param(None, optional(recurrence),
+                 "recurrence budget per position: null = r in fixed mode, none in adaptive mode",
+                 space=numeric(1, 4096, log=True))
+PAD_ID = Param(None, optional(non_negative_int),
+               "token for extra headway positions (null = random ids from the vocabulary)",
+               space=numeric(0, 1000000))
+KV_CACHE = Param(KVCache.shared, one_of("shared", "per_step"),
+                 "shared: one K/V per layer and position (the paper's KV sharing); per_step: one per recurrence",
+                 label="KV cache")
+MAX_STEPS = Param(None, optional(positive_int),
+                  "hard cap on sampler steps (null: 4·max_new_tokens·⌈r/r′⌉, four times fixed mode's steps)",
+                  label="max steps", space=numeric(1, 65536, log=True))
+EXIT_IN_PREFILL = Param(True, boolean,
+                        "the prompt's recurrence may exit early too (as the authors' sampler); false prefills at r")
+R_DRAFT = Param(4, recurrence, "recurrences per drafted token",
+                label="draft depth", latex=r"r_{\text{draft}}", space=numeric(1, 64, log=True))
+LOOKAHEAD = Param(4, positive_int, "tokens drafted per round, verified in one pass at r",
+                  label="lookahead", latex=r"\text{lookahead}", space=numeric(1, 32, log=True))
+
+
+# ------------------------------------------------------------------------------------------------ samplers
+def _plain(v: Any) -> Any:
+    return v.value if isinstance(v, Enum) else v
+
+
+@dataclass
+class SamplerParams:
+    """A sampler's settings: the sweep's ``sampler`` node and the keyword arguments of ``recdiff.generate``."""
+
+    name: str = MISSING
+    rules: ClassVar[tuple[Rule, ...]] = ()          # combinations the sampler refuses (checked after each value)
+
+    def __post_init__(self) -> None:
+        own = type(self).__dataclass_fields__["name"].default
+        if self.name != own:   # the sampler is chosen by its node (sampler=<name>), which fixes the parameters
+            raise RecdiffError(f"sampler.name={self.name!r} in the {own} sampler's settings: choose a sampler with "
+                               f"sampler={self.name}")
+        # values set in Python (a search's sampled ones, a baseline's) get the types OmegaConf gives composed ones
+        for f in self.declared():
+            v, kind = getattr(self, f.name), _base_type(type(self), f.name)
+            if isinstance(kind, type) and issubclass(kind, Enum) and v in {e.value for e in kind}:
+                setattr(self, f.name, kind(v))
+            elif kind is float and is_int(v):
+                setattr(self, f.name, float(v))
+
+    @classmethod
+    def declared(cls) -> list[dataclasses.Field]:
+        """The parameter fields (``name`` is the sampler's, not a parameter)."""
+        return [f for f in dataclasses.fields(cls) if "param" in f.metadata]
+
+    @classmethod
+    def spec(cls) -> dict[str, tuple[Any, Check]]:
+        """name → (default, check): what ``recdiff.generate`` accepts (the sampler module's ``SPEC``)."""
+        return {f.name: (_plain(f.default), f.metadata["param"].check) for f in cls.declared()}
+
+    def params(self) -> dict[str, Any]:
+        """The keyword arguments for ``recdiff.generate``: every set value (None = the sampler's own choice)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in self.declared() if getattr(self, f.name) is not None}
+
+    def complaint(self) -> str | None:
+        """Why this combination cannot run (None when it can): the sampler's own rules, as ``recdiff.generate``
+        applies them, without a model."""
+        try:
+            validate(self.name, self.params(), self.spec(), self.rules)
+        except RecdiffError as err:
+            return str(err)
+        return None
+
+
+@functools.cache
+def _base_type(cls: type, name: str) -> Any:
+    """The annotation of field ``name`` without ``Optional`` (annotations are text here: ``from __future__``)."""
+    hint = typing.get_type_hints(cls)[name]
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if typing.get_origin(hint) is typing.Union and len(args) == 1 else hint
+
+
+@dataclass
+class StaticParams(SamplerParams):
+    """Static autoregressive decoding: every token gets exactly r recurrences."""
+
+    name: str = "static"
+    r: int = R()
+    init_scale: float = INIT_SCALE()
+    kv_cache: KVCache = KV_CACHE()
+
+
+@dataclass
+class AdaptiveParams(SamplerParams):
+    """Adaptive-compute AR: each token exits its recurrence once the latent change falls below ε (the original
+    work's sampler)."""
+
+    name: str = "adaptive"
+    r: int = R(meaning="upper bound of recurrences per token")
+    epsilon: float = EPSILON(meaning="exit a token's recurrence once its relative latent change is below this")
+    init_scale: float = INIT_SCALE()
+    exit_in_prefill: bool = EXIT_IN_PREFILL()
+    kv_cache: KVCache = KV_CACHE()
+
+
+@dataclass
+class SpeculativeParams(SamplerParams):
+    """Self-speculative decoding: draft `lookahead` tokens at depth r_draft, verify them at depth r."""
+
+    name: str = "speculative"
+    r: int = R(meaning="recurrences of the verifying pass")
+    r_draft: int = R_DRAFT()
+    lookahead: int = LOOKAHEAD()
+    init_scale: float = INIT_SCALE()
+    kv_cache: KVCache = KV_CACHE()
+    rules: ClassVar[tuple[Rule, ...]] = (at_most("r_draft", "r"),)
+
+
+@dataclass
+class DiffusionParams(SamplerParams):
+    """The diffusion-forcing sampler (Algorithm 2 with adaptive freezing; Algorithm 1 with `freeze=fixed`).
+    Defaults are the paper's (Sec. 4): ε=0.03, β=0, η=0.1, r′=4, maximum wavefront 128."""
+
+    name: str = "diffusion"
+    r: int = R()
+    r_inner: int = R_INNER()
+    beta: float = BETA()
+    beta_schedule: BetaSchedule = BETA_SCHEDULE()
+    eta: float = ETA()
+    epsilon: float = EPSILON()
+    wavefront: int = WAVEFRONT()
+    headway: int = HEADWAY()
+    init_scale: float = INIT_SCALE()
+    continuous_compute: bool = CONTINUOUS_COMPUTE()
+    freeze: Freeze = FREEZE()
+    freeze_rule: FreezeRule = FREEZE_RULE()
+    adaptive_rule: AdaptiveRule = ADAPTIVE_RULE()
+    r_freeze: Optional[int] = R_FREEZE()
+    pad_id: Optional[int] = PAD_ID()
+    kv_cache: KVCache = KV_CACHE(check=one_of("shared"), meaning="`shared` only")
+    max_steps: Optional[int] = MAX_STEPS()
+    rules: ClassVar[tuple[Rule, ...]] = (at_most("r_inner", "r"), at_most("headway", "wavefront"))
+
+
+SAMPLER_PARAMS: dict[str, type[SamplerParams]] = {
+    "static": StaticParams, "adaptive": AdaptiveParams, "speculative": SpeculativeParams, "diffusion": DiffusionParams,
+}
+
+
+def declarations() -> dict[str, Param]:
+    """Every parameter by key, as declared once (before a sampler narrows it); the diffusion sampler's first."""
+    return {f.name: f.metadata["declaration"] for cls in reversed(SAMPLER_PARAMS.values()) for f in cls.declared()}
+
+
+def space_of(cls: type[SamplerParams], f: dataclasses.Field) -> ParamSpace:
+    """The search space of one parameter: the declared numeric range typed by the annotation, or the annotation's
+    choices (an enum's values; false, true)."""
+    declared, kind = f.metadata["param"], _base_type(cls, f.name)
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return ParamSpace(type=ParamType.categorical, choices=[e.value for e in kind])
+    if kind is bool:
+        return ParamSpace(type=ParamType.categorical, choices=[False, True])
+    if declared.space is None or kind not in (int, float):
+        raise TypeError(f"{cls.__name__}.{f.name}: a {kind} parameter needs a numeric space")
+    return dataclasses.replace(declared.space, type=ParamType(kind.__name__))
+
+
+def default_space() -> dict[str, ParamSpace]:
+    """``study/space/default``: every sampler parameter's search space. A parameter several samplers take has one
+    space (Optuna requires one distribution per name within a study); a conflict fails here, at import."""
+    out: dict[str, ParamSpace] = {}
+    for cls in SAMPLER_PARAMS.values():
+        for f in cls.declared():
+            space = space_of(cls, f)
+            if out.setdefault(f.name, space) != space:
+                raise TypeError(f"{cls.__name__}.{f.name}: search space {space} differs from {out[f.name]}")
+    return out

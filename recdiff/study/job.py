@@ -1,0 +1,87 @@
+"""The Hydra job, in phases that run one way: plan → prepare → open the study → load the model → the job.
+
+1. **plan**: the typed plan, every setting checked (:func:`recdiff.schema.make_plan`);
+2. **prepare**: write access, the benchmark slice, the checkpoint and its tokenizer (:func:`recdiff.trial.prepare`);
+3. **open the study**: the trials' identity, refused when the study holds trials measured otherwise; ``study.json``;
+4. **load the model** (cached per process);
+5. **the job**: one grid trial, after the baselines it owes (:mod:`~recdiff.study.grid`,
+   :mod:`~recdiff.study.baselines`), or an ask/tell loop (:mod:`~recdiff.study.search`).
+
+A failure in phases 1-3 is a configuration error: one :class:`RecdiffError` line, nothing recorded, no model loaded.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from omegaconf import DictConfig
+
+from recdiff.schema import Config, Mode, make_plan
+from recdiff.study.baselines import run_baselines
+from recdiff.study.connect import open_storage, open_study, resolve_storage_url
+from recdiff.study.grid import run_grid_trial
+from recdiff.study.identity import check_identity, identity_from_config, weights_digest
+from recdiff.study.record import write_json
+from recdiff.study.search import make_sampler, run_search
+from recdiff.study.writable import check_writable_outputs
+
+if TYPE_CHECKING:
+    from recdiff.trial import Prepared
+
+def _sweep_dirs() -> tuple[Path, Path]:
+    """(this job's output dir, the dir of the whole run/multirun)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hc = HydraConfig.get()
+    job = Path(hc.runtime.output_dir)
+    top = Path(hc.sweep.dir) if hc.mode == RunMode.MULTIRUN else Path(hc.run.dir)
+    return job, top
+
+
+def _sigterm_to_interrupt() -> None:
+    if threading.current_thread() is threading.main_thread():
+        def handler(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt(f"signal {signum}")
+
+        signal.signal(signal.SIGTERM, handler)
+
+
+def open_checked_study(plan: Config, prepared: Prepared, top_dir: Path) -> tuple[optuna.Study, dict[str, Any]]:
+    """The study and this job's identity (the plan's, with the weights' digest, the dtype and the benchmark's own
+    facts); a study holding trials measured otherwise is refused in one line."""
+    from recdiff.load import weight_files
+
+    s = plan.study
+    identity = identity_from_config(plan.as_dict(), weights=weights_digest(weight_files(prepared.folder)),
+                                    dtype=prepared.dtype, benchmark=prepared.benchmark.identity())
+    storage = open_storage(s.storage, s.heartbeat_interval, s.grace_period, s.max_retry)
+    study = open_study(s, storage, make_sampler(s, plan.worker) if s.mode == Mode.search else None)
+    check_identity(study, identity)
+    write_json(top_dir / "study.json", {"storage": resolve_storage_url(s.storage), "study_name": study.study_name,
+                                        "artifact_dir": str(Path(s.artifact_dir).resolve())})
+    return study, identity
+
+
+def run_job(cfg: DictConfig) -> tuple[float, float] | None:
+    """The Hydra task: the composed config in, the grid trial's objective values out (None for a search)."""
+    from recdiff.trial import prepare
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)   # one line per trial is ours
+    plan = make_plan(cfg)                                                   # 1. plan
+    job_dir, top_dir = _sweep_dirs()
+    check_writable_outputs(plan.study, job_dir, top_dir)                    # 2. prepare
+    prepared = prepare(plan.model, plan.benchmark)
+    study, identity = open_checked_study(plan, prepared, top_dir)           # 3. open the study
+    work = prepared.load(plan.run.threads)                                  # 4. load the model
+    _sigterm_to_interrupt()
+    if plan.study.mode == Mode.search:                                      # 5. the job
+        run_search(plan, study, work, job_dir, identity)
+        return None
+    if plan.study.baselines:   # the paper's baselines of this identity, unless the study holds them
+        run_baselines(plan, study, work, top_dir / "baselines", identity)
+    return run_grid_trial(plan, study, work, job_dir, identity)

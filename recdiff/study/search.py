@@ -1,0 +1,130 @@
+"""Searched studies: every Hydra job runs an ask/tell loop until the study holds ``study.n_trials`` counted trials.
+
+Counted: COMPLETE, FAIL with a reason of its own, PRUNED as invalid; several jobs may share one study. A job whose
+ask comes after other jobs took the last places prunes it (``surplus``, not counted) and waits for theirs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from optuna.trial import TrialState
+
+from recdiff.study.identity import config_hash
+from recdiff.study.record import evaluate, find_duplicate, log_trial, provenance, store_artifacts, write_result
+from recdiff.study.storage import Heartbeat, fail_interrupted, fail_stale_trials, storage_of, trial_id
+
+if TYPE_CHECKING:
+    from recdiff.schema import Config, StudyConfig
+
+log = logging.getLogger("recdiff.study")
+
+# Trials failed because their worker went away: not counted towards n_trials, re-queued instead.
+RETRIED_KINDS = ("worker_died", "interrupted")
+
+
+def make_sampler(spec: StudyConfig, worker: int = 0) -> optuna.samplers.BaseSampler:
+    """The search's Optuna sampler (``study.algorithm``); each worker seeds its own."""
+    from recdiff.errors import RecdiffError
+
+    algo = spec.algorithm.value
+    seed = None if spec.seed is None else spec.seed + worker   # workers must not propose alike
+    if algo == "nsga2":
+        return optuna.samplers.NSGAIISampler(population_size=spec.population_size, seed=seed)
+    if algo == "tpe":
+        return optuna.samplers.TPESampler(seed=seed)
+    if algo == "gp":
+        return optuna.samplers.GPSampler(seed=seed)
+    if algo == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    space = {}
+    for name in spec.search:   # algo == "grid"
+        p = spec.space[name]
+        points = p.values if p.values is not None else p.choices
+        if points is None:
+            raise RecdiffError(f"study.algorithm=grid needs study.space.{name}.values")
+        space[name] = list(points)
+    return optuna.samplers.GridSampler(space, seed=seed)
+
+
+def count_trials(study: optuna.Study, before: int | None = None) -> tuple[int, int]:
+    """(counted towards n_trials, RUNNING); with ``before``, only RUNNING trials numbered below it. Not counted:
+    WAITING, duplicates, surplus asks, trials lost with a worker."""
+    done = running = 0
+    for t in study.get_trials(deepcopy=False):
+        if t.state == TrialState.RUNNING:
+            running += before is None or t.number < before
+        elif t.state == TrialState.COMPLETE:
+            done += 1
+        elif t.state == TrialState.FAIL and t.user_attrs.get("fail_kind") not in RETRIED_KINDS + (None,):
+            done += 1
+        elif t.state == TrialState.PRUNED and not {"duplicate_of", "surplus"} & t.user_attrs.keys():
+            done += 1
+    return done, running
+
+
+def _tell(study: optuna.Study, trial: optuna.Trial, state: TrialState, attrs: dict[str, Any]) -> None:
+    for k, v in attrs.items():
+        trial.set_user_attr(k, v)
+    study.tell(trial, state=state)
+
+
+def run_search(plan: Config, study: optuna.Study, work: Any, job_dir: Path, identity: dict[str, Any]) -> None:
+    space, spec = plan.search_space(), plan.study
+    duplicates_in_a_row = 0
+    while True:
+        fail_stale_trials(study)
+        done, running = count_trials(study)
+        if done >= spec.n_trials:
+            log.info("study %s holds %d counted trials (n_trials=%d): done", study.study_name, done, spec.n_trials)
+            return
+        if done + running >= spec.n_trials:   # the rest is running elsewhere: wait for it to finish or go stale
+            time.sleep(min(spec.heartbeat_interval, 2))
+            continue
+        if isinstance(study.sampler, optuna.samplers.GridSampler) and study.sampler.is_exhausted(study):
+            log.info("grid exhausted after %d trials", done)
+            return
+        trial = study.ask(space)
+        # Workers count, then ask: two may ask for the last place. The earlier-numbered trial keeps it.
+        done, ahead = count_trials(study, before=trial.number)
+        if done + ahead >= spec.n_trials:
+            _tell(study, trial, TrialState.PRUNED,
+                  {"surplus": True, "prune_reason": f"n_trials={spec.n_trials} reached by other workers"})
+            log.info("trial %d stepped back: the last places are taken by other workers", trial.number)
+            continue
+        trial_dir = job_dir / "trials" / f"{trial.number:04d}"
+        trial_plan = plan.with_sampler(**trial.params)
+        digest = config_hash(trial_plan)
+        trial.set_user_attr("config_hash", digest)
+        trial.set_user_attr("identity", identity)
+        params = dict(trial.params)
+        if spec.skip_duplicates and (dup := find_duplicate(study, digest, exclude=trial.number)) is not None:
+            duplicates_in_a_row += 1
+            _tell(study, trial, TrialState.PRUNED, {"duplicate_of": dup.number,
+                                                    "prune_reason": f"duplicate of trial {dup.number}"})
+            log.info("trial %d skipped: duplicate of trial %d", trial.number, dup.number)
+            if duplicates_in_a_row >= spec.max_duplicates:
+                log.info("%d duplicate proposals in a row: the search space looks exhausted", duplicates_in_a_row)
+                return
+            continue
+        duplicates_in_a_row = 0
+        try:
+            with Heartbeat(study, trial, spec.heartbeat_interval):
+                outcome = evaluate(work, trial_plan.trial, trial_dir)
+        except BaseException:   # interrupted (Ctrl-C, SIGTERM): record, re-queue, stop
+            fail_interrupted(study, trial)
+            raise
+        outcome.attrs.update(provenance(trial_plan, work.device, trial_dir), identity=identity)
+        store_artifacts(study, trial, outcome, spec.artifact_dir)
+        for k, v in outcome.attrs.items():
+            trial.set_user_attr(k, v)
+        try:
+            study.tell(trial, outcome.values if outcome.state == TrialState.COMPLETE else None, state=outcome.state)
+        except (optuna.exceptions.UpdateFinishedTrialError, RuntimeError) as e:
+            log.warning("trial %d was failed by another worker meanwhile (%s)", trial.number, e)
+        log_trial(trial.number, outcome, params)
+        write_result(trial_dir, storage_of(study).get_trial(trial_id(trial)), outcome, params)

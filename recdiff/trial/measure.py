@@ -1,0 +1,178 @@
+"""Measuring one trial: a :class:`~recdiff.schema.TrialSpec` over a workload → measurements (knows nothing of Optuna).
+
+Two passes, each after untimed warm-ups (allocations, compilation, graph capture):
+
+- accuracy (:func:`accuracy_pass`): every problem of the slice, ``run.batch_size`` sequences side by side
+  (continuous batching); also ``throughput_tokens_per_s``;
+- speed (:func:`speed_pass`): the first ``run.speed_samples`` problems, each decoded alone (batch 1) and timed with
+  the device synchronised: ``tokens_per_s``, the paper's metric, is the median over them.
+
+Then the per-sample table, traces and scores (:mod:`recdiff.trial.samples`) and the user attributes (accuracy with its
+95% Wilson interval, core passes per token, peak memory ...).
+
+Failures are exceptions for the caller to record: :class:`~recdiff.errors.RecdiffError` = an invalid combination of
+settings, :class:`~recdiff.trial.deadline.TrialTimeout`, ``torch.OutOfMemoryError``/``MemoryError``, anything else.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from recdiff.errors import RecdiffError
+from recdiff.timing import PeakMemory, Timer, median_tokens_per_s
+from recdiff.tokenizer import ByteCodec, encode_prompt
+from recdiff.trial.deadline import deadline
+from recdiff.trial.samples import record_samples
+
+if TYPE_CHECKING:
+    from recdiff.schema import RunConfig, TrialSpec
+    from recdiff.trial.workload import Workload
+
+Tick = Callable[[int], None]   # progress: n samples done (also checks the deadline)
+
+
+@dataclass
+class TrialResult:
+    accuracy: float
+    tokens_per_s: float
+    attrs: dict[str, Any]                 # user attributes (docs/architecture.md, "Studies")
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    stability_png: str | None = None      # the first trace drawn, for the dashboard
+
+
+@dataclass
+class Prompts:
+    texts: list[str]                      # as the benchmark renders them
+    ids: list[list[int]]
+    limits: list[int]                     # new tokens allowed per prompt
+
+
+@dataclass
+class BatchPass:
+    results: list[Any]                    # one GenerationResult per problem
+    seconds: float                        # wall-clock of the whole batched pass
+
+
+@dataclass
+class SpeedPass:
+    times: list[float] = field(default_factory=list)     # seconds per problem decoded alone
+    tokens: list[int] = field(default_factory=list)      # its new tokens
+
+    @property
+    def tokens_per_s(self) -> float:
+        return median_tokens_per_s(self.tokens, self.times)
+
+
+def encode_prompts(work: Workload, max_new_tokens: int, codec: Any) -> Prompts:
+    """The rendered prompts, their ids and their limits: a model's context bounds the answer, so
+    ``run.max_new_tokens`` is an upper limit, not a demand (as is the benchmark's own cap)."""
+    texts = [work.benchmark.render(p, work.model.tokenizer) for p in work.problems]
+    ids = [encode_prompt(codec, t) for t in texts]
+    block = int(work.model.config.block_size)
+    limits = []
+    for problem, prompt in zip(work.problems, ids):
+        room = block - len(prompt) - 1
+        if room < 1:
+            raise RecdiffError(f"problem {problem.id}: prompt of {len(prompt)} tokens does not fit the model's "
+                               f"block_size {block}")
+        limits.append(min(room, max_new_tokens, work.benchmark.max_new_tokens(problem) or room))
+    return Prompts(texts, ids, limits)
+
+
+def _warm(gen: dict[str, Any], limits: list[int]) -> dict[str, Any]:
+    """Warm-up settings: a short answer that fits every prompt of the pass."""
+    return {**gen, "max_new_tokens": min([8, *limits])}
+
+
+def accuracy_pass(work: Workload, gen: dict[str, Any], prompts: Prompts, run: RunConfig, batch_size: int,
+                  n_traces: int, tick: Tick) -> BatchPass:
+    """Every problem, ``batch_size`` sequences side by side; the first ``n_traces`` keep their diffusion trace."""
+    import recdiff
+
+    for _ in range(run.warmup):
+        recdiff.warm_up(work.model, prompts.ids, batch_size=batch_size, **_warm(gen, prompts.limits))
+    with Timer(work.device) as t:
+        results = recdiff.generate(work.model, prompts.ids, **{**gen, "max_new_tokens": prompts.limits},
+                                   trace=[i < n_traces for i in range(len(prompts.ids))], batch_size=batch_size,
+                                   progress=tick)
+    return BatchPass(results, t.seconds)
+
+
+def speed_pass(work: Workload, gen: dict[str, Any], prompts: Prompts, run: RunConfig, n: int, tick: Tick) -> SpeedPass:
+    """The first ``n`` problems, each alone (batch 1) and timed: the paper's tokens/s."""
+    import recdiff
+
+    for _ in range(run.warmup if n else 0):
+        recdiff.warm_up(work.model, prompts.ids[:n], batch_size=1, **_warm(gen, prompts.limits[:n]))
+    speed = SpeedPass()
+    for ids, limit in zip(prompts.ids[:n], prompts.limits):
+        with Timer(work.device) as t:
+            alone = recdiff.generate(work.model, ids, **{**gen, "max_new_tokens": limit})
+        speed.times.append(t.seconds)
+        speed.tokens.append(int(alone.stats.get("new_tokens", len(alone.tokens))))
+        tick(1)
+    return speed
+
+
+def run_trial(work: Workload, trial: TrialSpec, output_dir: str | os.PathLike) -> TrialResult:
+    """Run ``trial.sampler`` over the workload's problems; write samples and traces under ``output_dir``."""
+    import recdiff
+    from recdiff.benchmarks.stats import wilson_interval
+    from tqdm.auto import tqdm
+
+    sampler, run = trial.sampler, trial.run
+    reason = sampler.complaint()
+    if reason:
+        raise RecdiffError(reason)
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tok = work.model.tokenizer
+    codec = tok if tok is not None else ByteCodec()
+    params = sampler.params()
+    eos = getattr(codec, "eos_token_id", None)
+    gen = dict(sampler=sampler.name, max_new_tokens=run.max_new_tokens, seed=run.seed, temperature=run.temperature,
+               top_p=run.top_p, stop_token_ids=[eos] if eos is not None else None,
+               stop_strings=list(work.benchmark.stop_strings or []) if tok is not None else None,  # bytes: cut later
+               **params)
+    prompts = encode_prompts(work, run.max_new_tokens, codec)
+    n_traces = run.n_traces if sampler.name == "diffusion" else 0
+    batch_size = run.batch_size or recdiff.default_batch_size(work.model.device)
+    n_speed = min(run.speed_samples, len(prompts.ids))
+
+    shown = ("r", "r_inner", "beta", "epsilon")
+    label = f"{sampler.name} " + " ".join(f"{k}={v}" for k, v in params.items() if k in shown)
+    bar = tqdm(total=len(prompts.ids) + n_speed, desc=label, file=sys.stderr, disable=not run.progress, leave=False,
+               dynamic_ncols=True)
+    with deadline(run.timeout_s) as check_time, PeakMemory(work.device) as mem, bar:
+        def tick(n: int) -> None:
+            bar.update(n)
+            check_time()
+
+        batch = accuracy_pass(work, gen, prompts, run, batch_size, n_traces, tick)
+        speed = speed_pass(work, gen, prompts, run, n_speed, tick)
+
+    samples = record_samples(work, prompts.texts, batch.results, speed.times, speed.tokens, codec, out)
+    rows = samples.rows
+    k, n = sum(r["correct"] for r in rows), len(rows)
+    low, high = wilson_interval(k, n)
+    total_tokens = sum(r["new_tokens"] for r in rows)
+    kv = [s["kv_cache_bytes"] for s in samples.stats if s.get("kv_cache_bytes") is not None]
+    if not kv and callable(getattr(work.model, "kv_cache_bytes", None)):
+        kv = [work.model.kv_cache_bytes()]
+    attrs = dict(
+        accuracy_low=float(low), accuracy_high=float(high), n_samples=n, n_correct=k,
+        # generated tokens per wall-clock second over the whole slice at batch_size: a throughput, not tokens_per_s
+        throughput_tokens_per_s=total_tokens / batch.seconds if batch.seconds > 0 else 0.0,
+        batch_size=batch_size, speed_samples=n_speed, compiled=bool(work.model.engine_options.get("compile")),
+        core_passes_per_token=sum(r["core_passes"] for r in rows) / total_tokens if total_tokens else 0.0,
+        peak_memory_bytes=int(mem.bytes), kv_cache_bytes=int(max(kv)) if kv else None,
+        mean_new_tokens=total_tokens / n if n else 0.0,
+        time_per_sample_s=sum(speed.times) / n_speed if n_speed else 0.0,
+        samples_path=str(samples.path), trace_paths=samples.trace_paths, output_dir=str(out),
+    )
+    return TrialResult(accuracy=float(work.benchmark.accuracy(samples.scores)), tokens_per_s=speed.tokens_per_s,
+                       attrs=attrs, rows=rows, stability_png=samples.stability_png)
