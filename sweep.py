@@ -6,7 +6,8 @@ entry point and the closing speed-up table lives in :mod:`recdiff.study` (Optuna
 measurements) and :mod:`recdiff.schema` (the typed plan).
 Bad input (a config typo, a wrong type, an out-of-range setting, an unknown or unwritable storage, a missing model)
 ends with one line ``error: ...`` on stderr and exit code 2, before any model loads and with nothing recorded
-(``RECDIFF_TRACEBACK=1`` shows the traceback instead). A sweep that recorded trials and completed none exits 1.
+(``RECDIFF_TRACEBACK=1`` shows the traceback instead). A sweep that recorded trials and completed none, that lost a
+worker or its storage, or that ends with configurations neither COMPLETE nor recorded by it exits 1 with one line.
 """
 
 from __future__ import annotations
@@ -30,13 +31,15 @@ def main(cfg: DictConfig) -> tuple[float, float] | None:
     from recdiff.errors import describe_error
     from recdiff.study import run_job
 
+    from recdiff.errors import SweepStopped
+
     try:
         return run_job(cfg)
     except Exception as exc:  # Hydra would add its own lines around a job's exception: end here instead
         if os.environ.get("RECDIFF_TRACEBACK"):
             raise
         print(f"error: {describe_error(exc)}", file=sys.stderr, flush=True)
-        raise SystemExit(2) from None
+        raise SystemExit(1 if isinstance(exc, SweepStopped) else 2) from None
 
 
 def print_speedup_table(root: Path, identities: list[Any]) -> None:
@@ -84,18 +87,30 @@ def with_search_path(argv: list[str]) -> list[str]:
     return [*args.overrides, f"hydra.searchpath=[file://{REPO}]", *flags]
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def cli(argv: list[str] | None = None) -> int:
-    """Exit status: 0, 1 when the sweep recorded trials and completed none (or a SLURM job ended without a result), 2
-    for bad input (one line), 130 when interrupted (also a cancelled SLURM job)."""
+    """Exit status: 0; 1 when the sweep recorded trials and completed none, lost a worker (a killed joblib worker, a
+    SLURM job without a result) or its storage, or ends with configurations neither COMPLETE nor recorded by it; 2
+    for bad input (one line); 130 when interrupted (Ctrl-C, SIGTERM, a cancelled SLURM job)."""
+    import signal
+
     from recdiff.study import sweep_status
 
     argv = with_search_path(list(sys.argv[1:] if argv is None else argv))
     # Exceptions reach us instead of Hydra's multi-line report; we print one line.
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    # a killed joblib worker leaves semaphores that multiprocessing's tracker warns about at exit: one line is ours
+    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"),
+                                                          "ignore:resource_tracker:UserWarning"]))
     sys.argv = [sys.argv[0], *argv]
+    signal.signal(signal.SIGTERM, _interrupt)   # as Ctrl-C: the running trial is FAIL and re-queued
     try:
         main()
     except KeyboardInterrupt:
+        sweep_status.settle(sweep_status.ROOT)
         print("error: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # composition errors, RecdiffError, unknown storage, a SLURM job without result ...
@@ -107,13 +122,18 @@ def cli(argv: list[str] | None = None) -> int:
         if (failed := job_failure(exc)) is not None:
             print(f"error: {failed[0]}", file=sys.stderr)
             return failed[1]
+        if (lost := sweep_status.worker_lost(exc)) is not None:
+            sweep_status.settle(sweep_status.ROOT)
+            print(f"error: {lost}", file=sys.stderr)
+            return 1
         print(f"error: {describe_error(exc)}", file=sys.stderr)
         return 2
-    if sweep_status.LAST is not None:
-        print_speedup_table(sweep_status.LAST.root, sweep_status.LAST.identities)
-    if sweep_status.LAST is not None and sweep_status.LAST.nothing_completed:
-        print(f"error: {sweep_status.LAST}", file=sys.stderr)
+    last = sweep_status.LAST
+    if last is not None and (last.missing or last.nothing_completed):   # never a table that looks complete
+        print(f"error: {last}", file=sys.stderr)
         return 1
+    if last is not None:
+        print_speedup_table(last.root, last.identities)
     return 0
 
 

@@ -28,8 +28,9 @@ from analysis.intervals import (Est, all_of, common_value, decide, ests, fisher_
 from analysis.labels import label, setting
 from analysis.load import load_trace
 from analysis.pareto import hypervolume_interval, noisy_dominates, noisy_pareto_front
-from analysis.plots import position_stats, split_baselines
+from analysis.plots import split_baselines
 from analysis.tables import delta_accuracy, reference_trials, speedup_est, speedup_table
+from analysis.trace_plots import position_stats
 
 TREND = 0.5        # |Spearman ρ| a "rises"/"falls with" claim needs
 NOISE_BETA = 0.2   # the paper's "moderate noise"

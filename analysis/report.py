@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import polars as pl
 from matplotlib.figure import Figure
 
-from analysis import plots
+from analysis import plots, trace_plots
 from analysis.labels import OBJECTIVES, SAMPLER_KEYS, benchmark_name, label, setting
 from analysis.load import check_identities, load_samples, load_trials, resolve, study_name_of
 from analysis.pareto import hypervolume_interval, knee, noisy_pareto_front, pareto_front
@@ -90,7 +90,7 @@ CELL_IN = (0.3, 0.2)
 
 
 def _trace_size(trace: str, min_w: float, min_h: float) -> tuple[float, float]:
-    cols, rows = plots.trace_cells(trace, TRACE_POSITIONS)
+    cols, rows = trace_plots.trace_cells(trace, TRACE_POSITIONS)
     return max(min_w, 1.2 + CELL_IN[0] * cols), max(min_h, 1.0 + CELL_IN[1] * rows)
 
 
@@ -98,15 +98,15 @@ def _stability(trace: str, title: str) -> Figure:
     w, h = _trace_size(trace, 4.6, 3.6)
     with plt.style.context(plots.STYLE):
         fig, axes = plt.subplots(1, 2, figsize=(w + 4.6, h), width_ratios=[w, 4.6])
-    plots.plot_token_trace(trace, max_positions=TRACE_POSITIONS, ax=axes[0])
-    plots.plot_position_stability(trace, ax=axes[1])
+    trace_plots.plot_token_trace(trace, max_positions=TRACE_POSITIONS, ax=axes[0])
+    trace_plots.plot_position_stability(trace, ax=axes[1])
     fig.suptitle(title, fontsize=9)
     return fig
 
 
 def _latent(trace: str, title: str) -> Figure:
     fig, (ax,) = _fig(width=5.5, height=3.6)
-    plots.plot_latent_change(trace, ax=ax)
+    trace_plots.plot_latent_change(trace, ax=ax)
     fig.suptitle(title, fontsize=9)
     return fig
 
@@ -117,7 +117,7 @@ def _examples(traces: list[tuple[str, str]]) -> Figure:
         fig, axes = plt.subplots(1, len(traces), figsize=(sum(w for w, _ in sizes), max(h for _, h in sizes)),
                                  width_ratios=[w for w, _ in sizes], squeeze=False)
     for ax, (trace, title) in zip(axes[0], traces):
-        plots.plot_token_trace(trace, max_positions=TRACE_POSITIONS, ax=ax)
+        trace_plots.plot_token_trace(trace, max_positions=TRACE_POSITIONS, ax=ax)
         ax.set_title(title, fontsize=8)
     return fig
 

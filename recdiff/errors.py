@@ -1,13 +1,31 @@
-"""The one exception type recdiff raises for bad user input, and one line for any error a sweep's input can cause."""
+"""The exception type recdiff raises for bad user input (and the one for a sweep that cannot go on), and one line
+for any error a sweep's input can cause."""
 
 from __future__ import annotations
 
 import difflib
+import errno
 from typing import Any
 
 
 class RecdiffError(ValueError):
     """One-line, user-facing error."""
+
+
+class SweepStopped(RecdiffError):
+    """The sweep cannot go on (its storage lost or full), not bad input: exit code 1; nothing recorded is lost, and
+    the same command again, once the cause is gone, finishes what is missing."""
+
+
+# A full disk, a full quota, a file-size limit: a file cannot grow.
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def no_space(e: OSError) -> str:
+    """Why a write failed, in the words a user searches for ("no space left on device")."""
+    if e.errno == errno.EFBIG:
+        return "no space: the file size limit is reached (file too large)"
+    return (e.strerror or str(e)).lower() if e.errno in NO_SPACE else (e.strerror or str(e))
 
 
 # ------------------------------------------------------------------------------------------ one-line errors

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from recdiff.config import RecurrentConfig
@@ -118,14 +119,29 @@ def weight_files(folder: Path) -> list[Path]:
     return files
 
 
+def _unreadable(f: Path, err: Exception) -> RecdiffError:
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return RecdiffError(f"{f} is not a readable safetensors file (truncated or corrupt?): {first}")
+
+
+def check_weight_files(folder: Path) -> None:
+    """Each weight file's header, read without loading a tensor (it states every tensor's place, so a truncated or
+    foreign file fails here): a sweep names such a file before it claims or records anything."""
+    for f in weight_files(folder):
+        try:
+            with safe_open(f, "pt"):
+                pass
+        except Exception as err:  # SafetensorError, OSError
+            raise _unreadable(f, err) from None
+
+
 def _read_tensors(folder: Path, device: torch.device) -> dict[str, torch.Tensor]:
     tensors: dict[str, torch.Tensor] = {}
     for f in weight_files(folder):
         try:
             tensors.update(load_file(f, device=str(device)))
         except Exception as err:  # SafetensorError (truncated or not safetensors), OSError: one line naming the file
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise RecdiffError(f"{f} is not a readable safetensors file (truncated or corrupt?): {first}") from None
+            raise _unreadable(f, err) from None
     return tensors
 
 

@@ -132,7 +132,7 @@ class RunConfig:
     warmup: int = 1                       # untimed generate calls before measuring
     n_traces: int = 2                     # samples whose diffusion trace is saved (stability pictures)
     timeout_s: Optional[float] = None     # per trial; the trial is FAIL when it runs longer
-    threads: Optional[int] = None         # torch CPU threads (null = torch's default)
+    threads: Optional[int] = None         # torch CPU threads (null = the job's share: cores ÷ workers on the machine)
     progress: bool = True                 # tqdm bar over the samples (stderr)
 
     def __post_init__(self) -> None:
@@ -152,7 +152,7 @@ class RunConfig:
         if self.speed_samples < 1:
             raise RecdiffError(f"run.speed_samples={self.speed_samples!r} must be >= 1")
         if self.threads is not None and self.threads < 1:
-            raise RecdiffError(f"run.threads={self.threads!r} must be >= 1 (or null: torch's default)")
+            raise RecdiffError(f"run.threads={self.threads!r} must be >= 1 (or null: the job's share of the cores)")
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import polars as pl
 
-from analysis import load_trials, plots, position_stats
+from analysis import load_trials, position_stats, trace_plots
 
 df = load_trials(study, study_name)
 traces = [(row["number"], p) for row in df.filter(pl.col("state") == "COMPLETE").iter_rows(named=True)
@@ -37,9 +37,9 @@ print(f"{len(traces)} traced trials")
 # %%
 for number, path in traces:
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), layout="constrained")
-    plots.plot_token_trace(path, ax=axes[0])
-    plots.plot_latent_change(path, ax=axes[1])
-    plots.plot_position_stability(path, ax=axes[2])
+    trace_plots.plot_token_trace(path, ax=axes[0])
+    trace_plots.plot_latent_change(path, ax=axes[1])
+    trace_plots.plot_position_stability(path, ax=axes[2])
     fig.suptitle(f"trial {number}")
     fig.savefig(Path(out_dir) / f"token_stability_{number}.png")
     plt.show()

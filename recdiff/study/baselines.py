@@ -17,13 +17,13 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import optuna
 from optuna.trial import TrialState
 
 from recdiff.params import SAMPLER_PARAMS
-from recdiff.study.grid import run_claimed
+from recdiff.study.claimed import run_claimed
 from recdiff.study.identity import config_hash
 from recdiff.study.record import SWEEP_TOKEN_ENV, holder
 from recdiff.study.storage import fail_stale_trials
@@ -56,10 +56,12 @@ def _tried_in_this_sweep(study: optuna.Study, digest: str) -> bool:
                for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL, TrialState.PRUNED)))
 
 
-def run_baselines(plan: Config, study: optuna.Study, work: Any, out_dir: Path,
-                  identity: dict[str, Any]) -> list[int]:
+def run_baselines(plan: Config, study: optuna.Study, load: Callable[[], Any], out_dir: Path,
+                  common: dict[str, Any]) -> list[int]:
     """Record the baselines of this job's identity that the study does not hold (measured, or copied from another
-    study of the storage, see :func:`~recdiff.study.grid.run_claimed`); the numbers of the trials recorded."""
+    study of the storage, see :func:`~recdiff.study.claimed.run_claimed`); the numbers of the trials recorded.
+    ``load``: the workload, called only when a baseline is measured; ``common``: attributes of every trial of the job
+    (``identity``, ...)."""
     fail_stale_trials(study)
     ran = []
     for sampler, settings in BASELINES:
@@ -71,10 +73,9 @@ def run_baselines(plan: Config, study: optuna.Study, work: Any, out_dir: Path,
             continue
         if _tried_in_this_sweep(study, digest):
             continue
-        attrs = {"config_hash": digest, "identity": identity, "baseline": True,
-                 "sweep_token": os.environ.get(SWEEP_TOKEN_ENV)}
+        attrs = {"config_hash": digest, **common, "baseline": True, "sweep_token": os.environ.get(SWEEP_TOKEN_ENV)}
         log.info("baseline %s", baseline_name(sampler, settings))
-        done = run_claimed(bplan, study, work, out_dir / baseline_name(sampler, settings), attrs)
+        done = run_claimed(bplan, study, load, out_dir / baseline_name(sampler, settings), attrs)
         if done is not None:
             ran.append(done[0].number)
     return ran

@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import optuna
-from optuna.storages import BaseStorage, RDBStorage
+from optuna.storages import BaseStorage
 
 from recdiff.errors import RecdiffError
 from recdiff.study.journal import JournalFile, replayed
+from recdiff.study.reconnect import ReconnectingRDBStorage, shown
 from recdiff.study.storage import HeartbeatJournalStorage, RetryStaleTrial, fail_stale_trials
 
 if TYPE_CHECKING:
@@ -40,9 +41,11 @@ def journal_path(url: str) -> Path | None:
     return None if "://" in url else Path(resolve_storage_url(url))
 
 
-def open_storage(url: str, heartbeat_interval: int = 10, grace_period: int = 60, max_retry: int = 2) -> BaseStorage:
+def open_storage(url: str, heartbeat_interval: int = 10, grace_period: int = 60, max_retry: int = 2,
+                 patience_s: float | None = None) -> BaseStorage:
     """A path = journal file; ``sqlite:///``, ``postgresql://``, ``mysql://`` = RDB storage. A storage that cannot be
-    read is one :class:`RecdiffError` line naming the file (and for a journal the line)."""
+    read is one :class:`RecdiffError` line naming the file (and for a journal the line). A database whose connection
+    is lost later is waited for up to ``patience_s`` (default: the grace period; :mod:`recdiff.study.reconnect`)."""
     retry = RetryStaleTrial(max_retry=max_retry)
     url = resolve_storage_url(url)
     scheme = url.split("://", 1)[0].split("+", 1)[0] if "://" in url else None
@@ -57,7 +60,7 @@ def open_storage(url: str, heartbeat_interval: int = 10, grace_period: int = 60,
     if scheme not in ("sqlite", "postgresql", "postgres", "mysql"):
         raise RecdiffError(f"unknown storage {url!r}: use a journal file path, sqlite:///file.db or "
                            "postgresql://user@host:port/db")
-    url = sqlalchemy_url(url)
+    shown_url, url = shown(url), sqlalchemy_url(url)
     if scheme == "sqlite":
         db = url.split(":///", 1)[-1]
         if db and db != ":memory:":
@@ -66,14 +69,16 @@ def open_storage(url: str, heartbeat_interval: int = 10, grace_period: int = 60,
     # unique-violation from the DDL and succeed on a retry once the winner has committed.
     for attempt in range(5):
         try:
-            return RDBStorage(url, heartbeat_interval=heartbeat_interval, grace_period=grace_period,
-                              heartbeat_stale_trial_callback=retry,
-                              engine_kwargs={"pool_pre_ping": True} if scheme != "sqlite" else None)
+            return ReconnectingRDBStorage(
+                url, patience_s=grace_period if patience_s is None else patience_s, shown_url=shown_url,
+                heartbeat_interval=heartbeat_interval, grace_period=grace_period,
+                heartbeat_stale_trial_callback=retry,
+                engine_kwargs={"pool_pre_ping": True} if scheme != "sqlite" else None)
         except Exception as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             racing = any(s in first for s in ("UniqueViolation", "already exists", "duplicate key"))
             if not racing or attempt == 4:
-                raise RecdiffError(f"cannot open storage {url}: {first}") from None
+                raise RecdiffError(f"cannot open storage {shown_url}: {first}") from None
             time.sleep(0.5 * (attempt + 1))
     raise AssertionError("unreachable")
 

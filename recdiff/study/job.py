@@ -3,11 +3,13 @@
 1. **plan**: the typed plan, every setting checked (:func:`recdiff.schema.make_plan`);
 2. **prepare**: write access, the benchmark slice, the checkpoint and its tokenizer (:func:`recdiff.trial.prepare`);
 3. **open the study**: the trials' identity, refused when the study holds trials measured otherwise; ``study.json``;
-4. **load the model** (cached per process);
-5. **the job**: one grid trial, after the baselines it owes (:mod:`~recdiff.study.grid`,
+4. **load the model** (cached per process), in a grid job only once it has taken its configuration (claimed it, or
+   found it COMPLETE, waiting while another live process holds it) and only when something is to be measured;
+5. **the job**: the baselines a grid job owes and its trial (:mod:`~recdiff.study.grid`,
    :mod:`~recdiff.study.baselines`), or an ask/tell loop (:mod:`~recdiff.study.search`).
 
 A failure in phases 1-3 is a configuration error: one :class:`RecdiffError` line, nothing recorded, no model loaded.
+Torch's CPU threads are the job's share of the machine from its start (:mod:`~recdiff.study.resources`).
 """
 
 from __future__ import annotations
@@ -21,16 +23,23 @@ import optuna
 from omegaconf import DictConfig
 
 from recdiff.schema import Config, Mode, make_plan
-from recdiff.study.baselines import run_baselines
 from recdiff.study.connect import open_storage, open_study, resolve_storage_url
 from recdiff.study.grid import run_grid_trial
 from recdiff.study.identity import check_identity, identity_from_config, weights_digest
 from recdiff.study.record import write_json
+from recdiff.study.resources import thread_budget
 from recdiff.study.search import make_sampler, run_search
 from recdiff.study.writable import check_writable_outputs
 
 if TYPE_CHECKING:
     from recdiff.trial import Prepared
+
+def _launcher() -> dict[str, Any]:
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(HydraConfig.get().launcher, resolve=True)
+
 
 def _sweep_dirs() -> tuple[Path, Path]:
     """(this job's output dir, the dir of the whole run/multirun)."""
@@ -69,19 +78,25 @@ def open_checked_study(plan: Config, prepared: Prepared, top_dir: Path) -> tuple
 
 def run_job(cfg: DictConfig) -> tuple[float, float] | None:
     """The Hydra task: the composed config in, the grid trial's objective values out (None for a search)."""
+    import torch
+
     from recdiff.trial import prepare
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)   # one line per trial is ours
+    _sigterm_to_interrupt()
     plan = make_plan(cfg)                                                   # 1. plan
+    threads = thread_budget(plan.run.threads, _launcher())
+    torch.set_num_threads(threads)
     job_dir, top_dir = _sweep_dirs()
     check_writable_outputs(plan.study, job_dir, top_dir)                    # 2. prepare
     prepared = prepare(plan.model, plan.benchmark)
     study, identity = open_checked_study(plan, prepared, top_dir)           # 3. open the study
-    work = prepared.load(plan.run.threads)                                  # 4. load the model
-    _sigterm_to_interrupt()
+
+    def load() -> Any:                                                      # 4. the model, when needed
+        return prepared.load(threads)
+
     if plan.study.mode == Mode.search:                                      # 5. the job
-        run_search(plan, study, work, job_dir, identity)
+        run_search(plan, study, load(), job_dir, identity)
         return None
-    if plan.study.baselines:   # the paper's baselines of this identity, unless the study holds them
-        run_baselines(plan, study, work, top_dir / "baselines", identity)
-    return run_grid_trial(plan, study, work, job_dir, identity)
+    return run_grid_trial(plan, study, load, job_dir, identity,
+                          baselines_dir=top_dir / "baselines" if plan.study.baselines else None)

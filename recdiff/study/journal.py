@@ -4,7 +4,9 @@ Optuna appends each operation as one JSON line. A writer killed mid-write (or a 
 cut short; readers skip such a tail, but Optuna's next append glues its record onto the fragment, and that line then
 makes the whole file unreadable. :class:`JournalFile` seals the tail under the journal lock before appending: a
 fragment is moved to ``<journal>.fragments`` (nothing is thrown away), a complete record that only lacks its newline
-gets one. Reading a damaged journal raises one :class:`RecdiffError` line naming the file and the line.
+gets one. An append that fails (a full disk) is cut back to where it began, so that no half-written record is left, and
+stops the sweep with one :class:`~recdiff.errors.SweepStopped` line naming the journal. Reading a damaged journal
+raises one :class:`RecdiffError` line naming the file and the line.
 :func:`repair` (``python -m recdiff.study repair FILE``) fixes journals damaged before this existed.
 """
 
@@ -20,7 +22,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 
-from recdiff.errors import RecdiffError
+from recdiff.errors import RecdiffError, SweepStopped, no_space
 from recdiff.study.storage import JOURNAL_OP_CODES as _OP_CODES
 from recdiff.study.storage import journal_lock
 
@@ -103,14 +105,32 @@ class JournalFile(JournalFileBackend):
             raise damage_error(self.path) from None
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
-        with journal_lock(self.lock):
-            seal_tail(self.path)
-            # as Optuna writes them, in one write
-            text = "\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n"
-            with open(self.path, "ab") as f:
-                f.write(text.encode("utf-8"))
-                f.flush()
-                os.fsync(f.fileno())
+        # as Optuna writes them, in one write
+        text = ("\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n").encode("utf-8")
+        try:
+            with journal_lock(self.lock):
+                seal_tail(self.path)
+                _append(self.path, text)
+        except OSError as e:
+            raise SweepStopped(f"journal {self.path}: cannot write ({no_space(e)}): the sweep stopped; the journal "
+                               "is intact: run the same command again once there is room") from None
+
+
+def _append(path: str, data: bytes) -> None:
+    """``data`` at the end of ``path``, all or nothing: a write cut short (a full disk) is cut back off."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            view = memoryview(data)
+            while view:   # unbuffered: a short write is seen here, not replayed by a buffer on close
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError:
+            os.ftruncate(fd, start)
+            raise
+    finally:
+        os.close(fd)
 
 
 def replayed(backend: JournalFile, make: Callable[[], T]) -> T:

@@ -1,9 +1,10 @@
 """Recording trials: how a trial ended (:class:`Outcome`), its provenance, claims, artifacts and ``result.json``.
 
 A grid trial is claimed before it is evaluated: a RUNNING trial carrying the configuration's ``config_hash``, its
-``identity`` and a heartbeat, so that a second sweep on the study skips the configuration instead of running it too.
-Two claims made at the same moment are settled by trial number (the lower one runs; the other is PRUNED with
-``duplicate_of``). Artifacts are part of the record: a trial whose artifacts cannot be stored is FAIL, not COMPLETE.
+``identity``, its claimant (machine and process) and a heartbeat, so that a second sweep on the study does not run the
+configuration too. Two claims made at the same moment are settled by trial number (the lower one runs; the other is
+PRUNED with ``duplicate_of``). Artifacts are part of the record: a trial whose artifacts cannot be stored is FAIL (the
+reason names the path, and a full disk as "no space left on device"), not COMPLETE.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import os
 import platform
 import subprocess
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +26,10 @@ from optuna.distributions import BaseDistribution
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from recdiff.errors import RecdiffError
+from recdiff.errors import NO_SPACE, RecdiffError, no_space
+from recdiff.study import claimant, storage as _storage
 from recdiff.study.identity import config_hash
-from recdiff.study.storage import HEARTBEAT_ATTR, storage_of, study_id, trial_id
+from recdiff.study.storage import CLAIMANT_ATTR, HEARTBEAT_ATTR, storage_of, study_id, trial_id
 
 if TYPE_CHECKING:
     from recdiff.schema import Config, TrialSpec
@@ -92,23 +93,35 @@ def evaluate(work: Any, trial: TrialSpec, output_dir: Path) -> Outcome:
         return Outcome(TrialState.PRUNED, None, {"prune_reason": f"invalid combination: {e}"}, [])
     except TrialTimeout as e:
         return Outcome(TrialState.FAIL, None, {"fail_reason": str(e), "fail_kind": "timeout"}, [])
+    except OSError as e:
+        if e.errno not in NO_SPACE:
+            return _error(e)
+        where = e.filename or output_dir
+        return Outcome(TrialState.FAIL, None, {"fail_reason": f"cannot write the trial's files in {where}: "
+                                               f"{no_space(e)}", "fail_kind": "artifacts"}, [])
     except (torch.OutOfMemoryError, MemoryError) as e:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return Outcome(TrialState.FAIL, None, {"fail_reason": f"out of memory: {first}", "fail_kind": "oom"}, [])
     except Exception as e:  # noqa: BLE001 — any other error of the trial is recorded, the sweep goes on
-        log.exception("trial raised")
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        return Outcome(TrialState.FAIL, None, {"fail_reason": f"{type(e).__name__}: {first}".rstrip(": "),
-                                               "fail_kind": "error"}, [])
+        return _error(e)
     artifacts = [p for p in (res.stability_png, str(Path(res.attrs["output_dir"]) / "samples.csv")) if p]
     return Outcome(TrialState.COMPLETE, [res.accuracy, res.tokens_per_s], res.attrs, artifacts)
 
 
-def provenance(plan: Config, device: str, output_dir: Path) -> dict[str, Any]:
+def _error(e: Exception) -> Outcome:
+    log.exception("trial raised")
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return Outcome(TrialState.FAIL, None, {"fail_reason": f"{type(e).__name__}: {first}".rstrip(": "),
+                                           "fail_kind": "error"}, [])
+
+
+def provenance(plan: Config, device: str, output_dir: Path, threads: int | None = None) -> dict[str, Any]:
+    """Where and how a trial was measured; ``threads``: the job's torch thread budget (``thread_budget``)."""
     return {"config": plan.as_dict(), "config_hash": config_hash(plan), "git_commit": git_commit(),
-            "device": device_name(device), "versions": library_versions(), "output_dir": str(output_dir)}
+            "device": device_name(device), "versions": library_versions(), "output_dir": str(output_dir),
+            **({"thread_budget": threads} if threads is not None else {})}
 
 
 def upload_artifacts(storage: BaseStorage, tid: int, paths: list[str], artifact_dir: str) -> None:
@@ -125,11 +138,19 @@ def upload_artifacts(storage: BaseStorage, tid: int, paths: list[str], artifact_
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Atomic: several jobs may write the same file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Atomic: several jobs may write the same file. A file that cannot be written (a full disk) stops the sweep in
+    one line; what the study recorded stays."""
+    from recdiff.errors import SweepStopped
+
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise SweepStopped(f"cannot write {path} ({no_space(e)}): the sweep stopped; what the study recorded is "
+                           "kept: run the same command again once there is room") from None
 
 
 def write_result(output_dir: Path, trial: FrozenTrial | None, outcome: Outcome, params: dict[str, Any],
@@ -201,18 +222,19 @@ def claim_trial(study: optuna.Study, params: dict[str, tuple[Any, BaseDistributi
                 attrs: dict[str, Any]) -> FrozenTrial:
     """A RUNNING trial for this configuration, with a first heartbeat: its re-queued retry when there is one (the
     retry keeps the link to the failed attempt), else a new trial."""
-    storage = storage_of(study)
+    storage, me = storage_of(study), claimant.this_process()
     for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         if t.user_attrs.get("config_hash") == attrs["config_hash"] and \
                 storage.set_trial_state_values(trial_id(t), TrialState.RUNNING):   # False: another worker took it
-            storage.set_trial_system_attr(trial_id(t), HEARTBEAT_ATTR, time.time())
+            storage.set_trial_system_attr(trial_id(t), CLAIMANT_ATTR, me)
+            storage.set_trial_system_attr(trial_id(t), HEARTBEAT_ATTR, _storage.clock())
             for k, v in attrs.items():
                 storage.set_trial_user_attr(trial_id(t), k, v)
             return storage.get_trial(trial_id(t))
     template = optuna.trial.create_trial(
         state=TrialState.RUNNING, params={k: v for k, (v, _) in params.items()},
         distributions={k: d for k, (_, d) in params.items()}, user_attrs=attrs,
-        system_attrs={HEARTBEAT_ATTR: time.time()})
+        system_attrs={HEARTBEAT_ATTR: _storage.clock(), CLAIMANT_ATTR: me})
     template.datetime_start = datetime.datetime.now()
     return storage.get_trial(storage.create_new_trial(study_id(study), template_trial=template))
 
@@ -226,7 +248,7 @@ def store_artifacts(study: optuna.Study, trial: optuna.trial.Trial | FrozenTrial
     except OSError as e:
         outcome.state, outcome.values = TrialState.FAIL, None
         outcome.attrs.update(fail_kind="artifacts",
-                             fail_reason=f"cannot store artifacts in {artifact_dir}: {e.strerror or e}")
+                             fail_reason=f"cannot store artifacts in {Path(artifact_dir).resolve()}: {no_space(e)}")
 
 
 def finish_trial(study: optuna.Study, trial: FrozenTrial, outcome: Outcome, artifact_dir: str) -> FrozenTrial:
@@ -237,3 +259,20 @@ def finish_trial(study: optuna.Study, trial: FrozenTrial, outcome: Outcome, arti
         storage.set_trial_user_attr(tid, k, v)
     storage.set_trial_state_values(tid, outcome.state, values=outcome.values)
     return storage.get_trial(tid)
+
+
+def worker_deaths(study: optuna.Study, digest: str) -> int:
+    """How often a configuration's worker died while it ran (``fail_kind=worker_died``)."""
+    return sum(t.user_attrs.get("config_hash") == digest and t.user_attrs.get("fail_kind") == "worker_died"
+               for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)))
+
+
+def retire_waiting(study: optuna.Study, done: FrozenTrial) -> None:
+    """Prune re-queued copies of a configuration that ``done`` completed (a retry made while another worker claimed
+    the configuration afresh), so that no WAITING trial is left for a configuration the study holds."""
+    storage = storage_of(study)
+    for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        if t.user_attrs.get("config_hash") == done.user_attrs.get("config_hash") and \
+                storage.set_trial_state_values(trial_id(t), TrialState.RUNNING):
+            finish_trial(study, t, Outcome(TrialState.PRUNED, None, {
+                "duplicate_of": done.number, "prune_reason": f"duplicate of trial {done.number}"}, []), "")

@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 
 from recdiff.study.identity import config_hash
 from recdiff.study.record import evaluate, find_duplicate, log_trial, provenance, store_artifacts, write_result
-from recdiff.study.storage import Heartbeat, fail_interrupted, fail_stale_trials, storage_of, trial_id
+from recdiff.study.storage import claim_for_this_process, fail_stale_trials, holding, storage_of, trial_id
 
 if TYPE_CHECKING:
     from recdiff.schema import Config, StudyConfig
@@ -89,6 +89,7 @@ def run_search(plan: Config, study: optuna.Study, work: Any, job_dir: Path, iden
             log.info("grid exhausted after %d trials", done)
             return
         trial = study.ask(space)
+        claim_for_this_process(study, trial)
         # Workers count, then ask: two may ask for the last place. The earlier-numbered trial keeps it.
         done, ahead = count_trials(study, before=trial.number)
         if done + ahead >= spec.n_trials:
@@ -112,13 +113,9 @@ def run_search(plan: Config, study: optuna.Study, work: Any, job_dir: Path, iden
                 return
             continue
         duplicates_in_a_row = 0
-        try:
-            with Heartbeat(study, trial, spec.heartbeat_interval):
-                outcome = evaluate(work, trial_plan.trial, trial_dir)
-        except BaseException:   # interrupted (Ctrl-C, SIGTERM): record, re-queue, stop
-            fail_interrupted(study, trial)
-            raise
-        outcome.attrs.update(provenance(trial_plan, work.device, trial_dir), identity=identity)
+        with holding(study, trial, spec.heartbeat_interval):   # interrupted (Ctrl-C, SIGTERM): FAIL, re-queued
+            outcome = evaluate(work, trial_plan.trial, trial_dir)
+        outcome.attrs.update(provenance(trial_plan, work.device, trial_dir, work.threads), identity=identity)
         store_artifacts(study, trial, outcome, spec.artifact_dir)
         for k, v in outcome.attrs.items():
             trial.set_user_attr(k, v)

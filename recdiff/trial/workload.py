@@ -28,6 +28,7 @@ class Workload:
     device: str
     benchmark: Any
     problems: list[Any]
+    threads: int | None = None   # torch CPU threads the job set (its thread budget)
 
 
 @dataclass
@@ -47,14 +48,15 @@ class Prepared:
             torch.set_num_threads(threads)
         m = self.model_cfg
         model = load_model_cached(str(self.folder), self.device, m.dtype, m.compile)
-        return Workload(model=model, device=self.device, benchmark=self.benchmark, problems=self.problems)
+        return Workload(model=model, device=self.device, benchmark=self.benchmark, problems=self.problems,
+                        threads=threads)
 
 
 def prepare(model: ModelConfig, benchmark: dict[str, Any]) -> Prepared:
-    """Benchmark slice first (cheap, validates options), then the checkpoint folder and its tokenizer, the
-    benchmark's own check of the checkpoint, the device and the dtype."""
+    """Benchmark slice first (cheap, validates options), then the checkpoint folder, its weight files' headers and its
+    tokenizer, the benchmark's own check of the checkpoint, the device and the dtype."""
     from recdiff.benchmarks import get_benchmark
-    from recdiff.load import resolve_device, resolve_dtype, resolve_model_path
+    from recdiff.load import check_weight_files, resolve_device, resolve_dtype, resolve_model_path
 
     options = dict(benchmark)
     name = options.pop("name")
@@ -63,6 +65,7 @@ def prepare(model: ModelConfig, benchmark: dict[str, Any]) -> Prepared:
     if not problems:
         raise RecdiffError(f"benchmark {name} has no problems in this slice (benchmark.limit/offset)")
     folder = checkpoint_folder(resolve_model_path(model.path))
+    check_weight_files(folder)
     check_tokenizer(folder, model.tokenizer.value, name)
     bench.check_model(folder)
     device = resolve_device(model.device)

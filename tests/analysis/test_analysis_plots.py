@@ -7,7 +7,7 @@ import pytest
 from matplotlib.axes import Axes
 import matplotlib.pyplot as plt
 
-from analysis import plots
+from analysis import plots, trace_plots
 from analysis.labels import LABELS
 
 
@@ -142,7 +142,7 @@ def test_cache_sharing():
 
 
 def test_token_trace(trace):
-    ax = plots.plot_token_trace(trace)
+    ax = trace_plots.plot_token_trace(trace)
     arr = ax.images[0].get_array()
     np.testing.assert_array_equal(arr.filled(-1), trace["tokens"])
     assert arr.mask.tolist() == (trace["tokens"] < 0).tolist()
@@ -163,21 +163,21 @@ def test_token_trace_prints_token_text(trace):
     text[22] = " "
     traced = {**trace, "text_ids": np.array(list(text)), "text": np.array(list(text.values()))}
     fig = plt.figure(figsize=(4, 3))
-    ax = plots.plot_token_trace(traced, ax=fig.add_subplot())
+    ax = trace_plots.plot_token_trace(traced, ax=fig.add_subplot())
     shown = [(s, p) for s in range(6) for p in range(3, 8) if trace["tokens"][s, p] >= 0]
     assert len(ax.texts) == len(shown)
     got = {(round(t.get_position()[1] - 0.5), round(t.get_position()[0])): t.get_text() for t in ax.texts}
-    assert got == {(s, p): plots.token_label(text[int(trace["tokens"][s, p])]) for s, p in shown}
+    assert got == {(s, p): trace_plots.token_label(text[int(trace["tokens"][s, p])]) for s, p in shown}
     assert got[(2, 4)] == "␣"                           # whitespace is drawn, not left blank
-    assert min(t.get_fontsize() for t in ax.texts) >= plots.MIN_TEXT_PT
+    assert min(t.get_fontsize() for t in ax.texts) >= trace_plots.MIN_TEXT_PT
     # a window of positions: the first two generated positions and the steps until both are frozen
-    ax = plots.plot_token_trace(traced, max_positions=2)
+    ax = trace_plots.plot_token_trace(traced, max_positions=2)
     assert ax.get_xlim() == (2.5, 4.5) and ax.get_ylim() == (4, 0)   # frozen reaches 5 at step 3
     assert {round(t.get_position()[0]) for t in ax.texts} == {3, 4}
 
 
 def test_latent_change(trace):
-    ax = plots.plot_latent_change(trace)
+    ax = trace_plots.plot_latent_change(trace)
     arr = ax.images[0].get_array()
     expected = np.ma.masked_invalid(trace["delta"].astype(np.float32))
     np.testing.assert_array_equal(arr.mask, expected.mask)
@@ -185,7 +185,7 @@ def test_latent_change(trace):
 
 
 def test_position_stats_and_stability(trace):
-    stats = plots.position_stats(trace)
+    stats = trace_plots.position_stats(trace)
     # Hand-derived from the trace in conftest (positions 3..7).
     assert stats["position"].to_list() == [3, 4, 5, 6, 7]
     assert stats["first_step"].to_list() == [0, 1, 2, 3, 4]
@@ -193,7 +193,7 @@ def test_position_stats_and_stability(trace):
     assert stats["steps_to_freeze"].to_list() == [3, 3, 3, 3, 2]
     assert stats["token_changes"].to_list() == [1, 1, 1, 1, 1]
     assert stats["recurrences"].to_list() == [24, 20, 16, 12, 8]
-    ax = plots.plot_position_stability(trace)
+    ax = trace_plots.plot_position_stability(trace)
     assert ax.lines[0].get_xdata().tolist() == [3, 4, 5, 6, 7]
     assert ax.lines[0].get_ydata().tolist() == [3, 3, 3, 3, 2]
     assert ax.lines[1].get_ydata().tolist() == [1, 1, 1, 1, 1]
@@ -201,7 +201,7 @@ def test_position_stats_and_stability(trace):
 
 def test_trace_from_file(tmp_path, trace):
     np.savez(tmp_path / "t.npz", **trace)
-    ax = plots.plot_token_trace(tmp_path / "t.npz")
+    ax = trace_plots.plot_token_trace(tmp_path / "t.npz")
     np.testing.assert_array_equal(ax.images[0].get_array().filled(-1), trace["tokens"])
 
 

@@ -104,17 +104,19 @@ def test_cpu_limit_and_output_truncation():
     r = run(Job("import sys\nsys.stdout.write('y' * 100000)\n"), Limits(max_output_chars=100))
     assert r.passed and r.stdout.startswith("y" * 100) and r.stdout.endswith("[truncated]") and len(r.stdout) < 200
     r = run(Job("import posix\nposix.fork()\nwhile True:\n    pass\n"), Limits(timeout_s=1.5))
-    assert r.status == "timeout" and r.wall_s < 8 and leftovers(r) == []
+    assert r.status == "timeout" and leftovers(r) == []   # the forked child ended too (no wall bound: a loaded
+    # machine may take its time; a child left spinning would show in leftovers)
 
 
 def test_running_out_of_cpu_time_is_a_timeout():
     """The CPU-time limit backs up the wall clock and reports the same way, so an infinite loop ends as "timeout"
-    whichever limit fires first (they raced on a loaded machine). The program lowers its own CPU limit to make the CPU
-    limit fire first here."""
+    whichever limit fires first (they raced on a loaded machine). The program lowers its own CPU limit to 1 s, with a
+    wall-clock limit no loaded machine reaches before it has spent 1 s of CPU, so the CPU limit fires first."""
     code = ("import sys\ndel sys.modules['resource']\nimport resource\n"
             "resource.setrlimit(resource.RLIMIT_CPU, (1, 3))\nwhile True:\n    pass\n")
-    r = run(Job(code), Limits(timeout_s=8))
-    assert r.status == "timeout" and "SIGXCPU" in r.error and r.wall_s < 6 and leftovers(r) == []
+    r = run(Job(code), Limits(timeout_s=600))
+    assert r.status == "timeout" and "SIGXCPU" in r.error and leftovers(r) == []
+    # a single-threaded program spends at most its wall time on the CPU: the wall clock fires before its CPU limit
     r = run(Job("while True:\n    pass\n"), Limits(timeout_s=1.5))
     assert r.status == "timeout" and r.error == "wall-clock timeout after 1.5 s"
 

@@ -4,10 +4,10 @@ holds the time from its admission to its last step."""
 
 from __future__ import annotations
 
-import time
-
+import pytest
 import torch
 
+from recdiff.engine import scheduler
 from recdiff.engine.scheduler import Request, run_batched
 from recdiff.samplers.base import GenerationResult
 
@@ -50,25 +50,41 @@ def test_results_in_prompt_order_and_longest_admitted_first():
     assert batch.admitted[0] == [9, 8, 7, 7]  # the first prefill: the four longest, padded to 9, not to 3-9 mixed
 
 
+class FakeClock:
+    """The scheduler's ``time``: ``perf_counter`` reads a clock that only a step moves."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
 class Timed(Recorder):
-    """As :class:`Recorder`, each step taking ``dt`` seconds and each result a :class:`GenerationResult`."""
+    """As :class:`Recorder`, each step taking ``dt`` seconds of a fake clock and each result a
+    :class:`GenerationResult`."""
 
     dt = 0.02
 
+    def __init__(self, slots: int, clock: FakeClock) -> None:
+        super().__init__(slots)
+        self.clock = clock
+
     def step(self) -> list[int]:
-        time.sleep(self.dt)
+        self.clock.now += self.dt
         return super().step()
 
     def finish(self, slot: int) -> GenerationResult:
         return GenerationResult(tokens=super().finish(slot), stats={})
 
 
-def test_each_result_times_its_own_stay_in_the_batch():
+def test_each_result_times_its_own_stay_in_the_batch(monkeypatch):
     # one slot: each sequence runs alone for as many steps as its prompt has tokens; two slots: the short sequence
     # leaves after 2 steps while the long one stays for 6
+    clock = FakeClock()
+    monkeypatch.setattr(scheduler, "time", clock)
     for slots in (1, 2):
         requests = [Request(i, [i] * n, 4, torch.Generator()) for i, n in enumerate([2, 6])]
-        results = run_batched(Timed(slots), requests)
-        for res, steps in zip(results, (2, 6)):
-            assert steps * Timed.dt <= res.time_s < steps * Timed.dt + 0.5
+        results = run_batched(Timed(slots, clock), requests)
+        assert [res.time_s for res in results] == pytest.approx([2 * Timed.dt, 6 * Timed.dt])
     assert GenerationResult([1], {}, time_s=1.0) == GenerationResult([1], {}, time_s=2.0)  # timing is no identity

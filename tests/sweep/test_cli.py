@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState
 
-from .conftest import CONF, EMBEDDED, REPO, TINY, compose_cfg, load, popen_sweep, requires_fixture, run_sweep
+from .conftest import CONF, EMBEDDED, REPO, SHARED, TINY, compose_cfg, load, popen_sweep, requires_fixture, run_sweep
 from .faults import fault_args
 
 # The README's main command, shrunk to a slice 2 CPU cores run in seconds. On the embedded model when it is
@@ -82,30 +82,67 @@ def test_rerun_skips_identical_configurations(main_run):
 
 @requires_fixture
 def test_failing_trials_are_fail_and_the_sweep_continues(tmp_path):
-    # error, a hang ended by the timeout, an invalid combination at runtime, and one good trial, in one multirun
-    proc = run_sweep(["-m", *fault_args("error", "hang", "invalid", None), "sampler=static", "sampler.r=2",
+    # an error, running out of memory, a hang ended by the timeout, an invalid combination at runtime, and one good
+    # trial, in one multirun
+    proc = run_sweep(["-m", *fault_args("error", "oom", "hang", "invalid", None), "sampler=static", "sampler.r=2",
                       "run.timeout_s=5", *TINY, *job_args(tmp_path)])
     # an out-of-range setting is a configuration error: exit 2, nothing recorded (not a PRUNED trial per rerun)
     proc2 = run_sweep(["-m", "sampler=static", "sampler.r=0", *TINY, *job_args(tmp_path)[1:],
                        f"hydra.sweep.dir={tmp_path}/s2"], check=False)
     info = json.loads((tmp_path / "sweep" / "study.json").read_text())
     trials = load(info["storage"], info["study_name"]).get_trials()
-    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.FAIL, TrialState.PRUNED, TrialState.COMPLETE]
-    assert trials[0].user_attrs["fail_reason"].startswith("RuntimeError: injected error")
-    assert trials[1].user_attrs["fail_reason"].startswith("timeout")
-    assert "injected invalid combination" in trials[2].user_attrs["prune_reason"]
-    result = json.loads((tmp_path / "sweep" / "1" / "result.json").read_text())
+    assert [t.state for t in trials] == [TrialState.FAIL] * 3 + [TrialState.PRUNED, TrialState.COMPLETE]
+    assert [t.user_attrs.get("fail_kind") for t in trials] == ["error", "oom", "timeout", None, None]
+    assert trials[0].user_attrs["fail_reason"] == "RuntimeError: injected error"
+    assert trials[1].user_attrs["fail_reason"] == "out of memory: injected out-of-memory"
+    assert trials[2].user_attrs["fail_reason"].startswith("timeout")
+    assert "injected invalid combination" in trials[3].user_attrs["prune_reason"]
+    result = json.loads((tmp_path / "sweep" / "2" / "result.json").read_text())
     assert result["state"] == "FAIL" and result["user_attrs"]["fail_kind"] == "timeout"
     assert proc.returncode == 0
     assert proc2.returncode == 2 and proc2.stderr.strip() == "error: static sampler: r=0 must be an integer in [1, 1024]"
 
 
+@pytest.mark.slow
+@requires_fixture
+def test_ctrl_c_and_sigterm_fail_the_running_trial_requeue_it_and_exit_130(tmp_path):
+    """A local sweep interrupted mid-trial (Ctrl-C, then SIGTERM as SLURM or a shell sends it): exit 130 with one
+    line, the trial FAIL (interrupted) and re-queued; the same command again runs the re-queued trial."""
+    import os
+
+    args = ["-m", "sampler=static", "sampler.r=2", *TINY, *job_args(tmp_path)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "RECDIFF_SHARED": str(SHARED)}
+    for n, sig in enumerate((signal.SIGINT, signal.SIGTERM)):
+        ready = tmp_path / f"hanging{n}"
+        proc = subprocess.Popen([sys.executable, str(REPO / "sweep.py"), *args, *fault_args("hang"),
+                                 f"hydra.sweep.dir={tmp_path}/s{n}"], cwd=REPO, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, env={**env, "RECDIFF_FAULT_READY": str(ready)})
+        try:
+            deadline = time.monotonic() + 300
+            while not ready.exists():   # the trial hangs mid-trial: claimed, its model loaded
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-2000:]
+                time.sleep(0.1)
+            proc.send_signal(sig)
+            _, err = proc.communicate(timeout=120)
+        finally:
+            proc.kill()
+        assert proc.returncode == 130 and err.strip().splitlines() == ["error: interrupted"], err[-2000:]
+    run_sweep([*args, f"hydra.sweep.dir={tmp_path}/again"])
+    trials = load(str(tmp_path / "journal.log"), json.loads((tmp_path / "again" / "study.json").read_text())[
+        "study_name"]).get_trials()
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.FAIL, TrialState.COMPLETE]
+    assert [t.user_attrs.get("fail_kind") for t in trials] == ["interrupted", "interrupted", None]
+    # each ran as the re-queued retry (Optuna links a retry to the first attempt and lists the ones between)
+    assert [t.system_attrs.get("failed_trial") for t in trials] == [None, 0, 0]
+    assert trials[2].system_attrs["retry_history"] == [0, 1]
+
+
 @requires_fixture
 def test_killed_worker_leaves_no_running_trial(tmp_path):
-    """SIGKILL a searched-study worker mid-trial; the next worker fails it after the grace period, re-queues it,
-    and the study ends with the requested total."""
+    """SIGKILL a searched-study worker mid-trial; the next worker on this machine fails it at once (its process is
+    gone), re-queues it, and the study ends with the requested total."""
     args = ["study=search", "study.search=[r]", "sampler=static", "study.space.r.low=1", "study.space.r.high=64",
-            "study.algorithm=random", "study.n_trials=2", "study.heartbeat_interval=1", "study.grace_period=3",
+            "study.algorithm=random", "study.n_trials=2", "study.heartbeat_interval=1", "study.grace_period=600",
             "study.name=killed", *TINY, *job_args(tmp_path)]
     worker = popen_sweep([*args, *fault_args("hang")], log=tmp_path / "w0.log")
     storage = str(tmp_path / "journal.log")

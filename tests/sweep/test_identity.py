@@ -58,7 +58,7 @@ def test_a_run_measured_otherwise_is_refused_naming_the_keys(tmp_path, monkeypat
     base = [f"study.storage={tmp_path}/j.log", f"study.artifact_dir={tmp_path}/art", "study.name=i"]
     plan = compose_plan([*base, "benchmark.limit=32"])
     study = rs.open_study(plan.study, rs.open_storage(plan.study.storage))
-    rs.run_grid_trial(plan, study, FakeWork(), tmp_path / "job", ident("benchmark.limit=32"))
+    rs.run_grid_trial(plan, study, FakeWork, tmp_path / "job", ident("benchmark.limit=32"))
     rs.check_identity(study, ident("benchmark.limit=32", "sampler.r_inner=8"))       # same identity: fine
     with pytest.raises(RecdiffError, match=r"study 'i' holds trials measured otherwise \(trial 0\): "
                                            r"benchmark.limit=2 here, 32 there\. .*another study.name"):

@@ -2,53 +2,28 @@
 
 from __future__ import annotations
 
-import glob
 import json
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
 from optuna.trial import TrialState
 
 from .conftest import TINY, load, popen_sweep, requires_fixture, run_sweep
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from .postgres import Postgres, server_binaries
 
 
 @pytest.fixture(scope="module")
 def postgres_url():
     """Debian's PostgreSQL, started as an unprivileged user on loopback in a temp dir."""
-    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-    initdb = bins[-1] if bins else shutil.which("initdb")
-    if not initdb:
+    bindir = server_binaries()
+    if bindir is None:
         pytest.skip("PostgreSQL server binaries missing (Debian package `postgresql`)")
-    bindir = Path(initdb).parent
-    root = os.geteuid() == 0
-    data = Path(tempfile.mkdtemp(prefix="recdiff-pg-"))
-    if root:
-        shutil.chown(data, "postgres", "postgres")
-    as_user = ["runuser", "-u", "postgres", "--"] if root else []
-    port = free_port()
-    subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data / "db"), "-U", "postgres", "--auth=trust",
-                    "-E", "UTF8"], check=True, capture_output=True)
-    subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data / "db"), "-l", str(data / "log"), "-w", "-t", "60",
-                    "-o", f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c max_connections=50", "start"],
-                   check=True, capture_output=True)
+    server = Postgres(bindir)
+    server.start()
     try:
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        yield server.url
     finally:
-        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data / "db"), "-m", "immediate", "stop"],
-                       capture_output=True)
-        shutil.rmtree(data, ignore_errors=True)
+        server.remove()
 
 
 def search_args(tmp: Path, storage: str, name: str, n_trials: int) -> list[str]:

@@ -4,7 +4,6 @@ failures and stale heartbeats. (The real runner is exercised by test_cli.py in s
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import optuna
@@ -22,6 +21,7 @@ from .conftest import compose_plan
 
 class FakeWork:
     device = "cpu"
+    threads = None
 
 
 def identity(plan) -> dict:
@@ -30,7 +30,7 @@ def identity(plan) -> dict:
 
 
 def grid_trial(plan, study, job_dir):
-    return rs.run_grid_trial(plan, study, FakeWork(), job_dir, identity(plan))
+    return rs.run_grid_trial(plan, study, FakeWork, job_dir, identity(plan))
 
 
 def search(plan, study, job_dir):
@@ -154,13 +154,15 @@ def test_search_runs_resumes_to_the_total_and_skips_duplicates(tmp_path, monkeyp
 def test_stale_running_trial_is_failed_and_retried(tmp_path, monkeypatch):
     calls: list = []
     monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial(calls))
+    now = [1_000_000.0]
+    monkeypatch.setattr(rs.storage, "clock", lambda: now[0])   # the heartbeats' clock
     plan = search_plan(tmp_path, "study.n_trials=1", "study.search=[r_inner]")   # grace period: the storage's
     storage = rs.open_storage(plan.study.storage, heartbeat_interval=1, grace_period=1)
     study = rs.open_study(plan.study, storage, rs.make_sampler(plan.study))
     dead = study.ask(plan.search_space())           # a worker that asked, then died without a heartbeat
     dead.set_user_attr("n_samples", 99)             # something the failed attempt had measured
     rs.record_heartbeat(study, dead)
-    time.sleep(1.5)
+    now[0] += 1.5
     study = rs.open_study(plan.study, rs.open_storage(plan.study.storage, 1, 1), rs.make_sampler(plan.study))
     search(plan, study, tmp_path / "job")
     trials = study.get_trials()
@@ -171,6 +173,32 @@ def test_stale_running_trial_is_failed_and_retried(tmp_path, monkeypatch):
     # the retry carries nothing of the failed attempt: no stale fail_reason, its own measurements
     assert not {"fail_kind", "fail_reason"} & set(retried.user_attrs) and retried.user_attrs["n_samples"] == 1
     assert rs.count_trials(study) == (1, 0)
+
+
+def test_a_searched_trial_whose_worker_keeps_dying_is_requeued_at_most_max_retry_times(tmp_path, monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial(calls))
+    now = [1_000_000.0]
+    monkeypatch.setattr(rs.storage, "clock", lambda: now[0])   # the heartbeats' clock
+    plan = search_plan(tmp_path, "study.n_trials=1", "study.search=[r_inner]", "study.max_retry=2")
+
+    def open_():
+        storage = rs.open_storage(plan.study.storage, 1, 5, plan.study.max_retry)
+        return rs.open_study(plan.study, storage, rs.make_sampler(plan.study))
+
+    study = open_()
+    for attempt in range(3):   # the first run and its two retries each lose their worker
+        trial = study.ask(plan.search_space())   # pops the re-queued retry first
+        rs.record_heartbeat(study, trial)
+        now[0] += 6                              # past the grace period (5 s)
+        assert len(rs.fail_stale_trials(open_())) == 1
+        study = open_()
+        assert len(study.get_trials(states=(TrialState.WAITING,))) == (attempt < 2)
+    dead = study.get_trials()
+    assert [t.state for t in dead] == [TrialState.FAIL] * 3 and len({str(t.params) for t in dead}) == 1
+    assert [t.system_attrs.get("retry_history") for t in dead] == [None, [0], [0, 1]]
+    search(plan, study, tmp_path / "job")        # the search goes on with a new proposal; dead attempts do not count
+    assert rs.count_trials(study) == (1, 0) and len(calls) == 1
 
 
 def test_worker_that_asks_for_a_place_another_took_first_steps_back(tmp_path, monkeypatch):
