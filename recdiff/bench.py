@@ -3,14 +3,16 @@
     python -m recdiff.bench                          # fixture model + a larger random-weight config, CPU
     python -m recdiff.bench --models embedded        # the shipped trained model (benchmark prompts)
     python -m recdiff.bench --models huginn --device cuda --samplers "static r=32,diffusion fixed r'=4"
+    python -m recdiff.bench --models embedded --max-new-tokens 27 --profile   # where each step's time goes
 
-For each model and sampler, three ways of running, side by side in one process:
+For each model and sampler, three ways of running by default, side by side in one process:
 
 - ``batch-1 eager``: one prompt at a time, plain PyTorch (median over prompts of generated tokens/s, the paper's
   speed metric);
 - ``batch-1 compiled``: one prompt at a time, compiled steps (CPU: torch.compile; CUDA: CUDA graphs);
 - ``batch-B compiled``: all prompts through ``generate`` with ``batch_size=B`` (continuous batching): generated
-  tokens per wall-clock second, a throughput, not a per-sample speed.
+  tokens per wall-clock second, a throughput, not a per-sample speed (``batch-B eager``, asked for with ``--modes``:
+  the same, eager).
 
 Warm-up (compilation, graph capture, allocations) is excluded: compiled modes run the timed work once before
 timing it; timers synchronise the device. Also printed: core
@@ -29,11 +31,19 @@ plus the K/V of every attended position in every attention layer pass) over the 
 same run (:func:`copy_bandwidth`). ``% bound`` is that bound's share reached: bytes that had to be read per second
 ÷ the copy bandwidth. Huginn-0125 in bf16 reads ~109 GB per static r=32 token and ~17 GB per diffusion step at
 r' = 4.
+
+``--profile`` times every run under the step profile (:mod:`recdiff.engine.profile`) and prints, per sampler and
+mode, a step's share in model calls (P, R, C) and outside them (the sampler's own work, on the device and the host)
+and its host reads of device values. With static r=32 and the diffusion defaults both in batch-1 eager it also
+prints the *bookkeeping-free bound*: static r=32's time per answer ÷ the time diffusion's answers spend in model
+calls (prefill included), the ratio diffusion would reach if all its other work cost nothing, next to the ratio
+measured (its share of the bound is diffusion's share of time in model calls).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import time
@@ -46,8 +56,12 @@ import torch
 from recdiff import generate, load_model
 from recdiff.cache import SlotKV
 from recdiff.config import RecurrentConfig
+from recdiff.engine.profile import profiling
 from recdiff.engine.runner import set_compile
 from recdiff.model import RecurrentDepthModel
+from recdiff.samplers.ar import ARBatch
+from recdiff.samplers.diffusion import DiffusionBatch
+from recdiff.samplers.speculative import SpeculativeBatch
 from recdiff.timing import PairedTiming, Timer, paired_timing
 
 EMBEDDED = Path(__file__).parent / "assets" / "embedded"
@@ -82,8 +96,10 @@ SAMPLERS: list[tuple[str, str, dict[str, Any]]] = [
     ("diffusion defaults", "diffusion", {"r": 32, "r_inner": 4, "epsilon": 0.03, "beta": 0.0, "eta": 0.1, "wavefront": 128}),
     ("diffusion fixed r'=4", "diffusion", {"r": 32, "r_inner": 4, "freeze": "fixed", "eta": 0.1, "wavefront": 128}),
 ]
-MODES = ("batch-1 eager", "batch-1 compiled", "batch-B compiled")
+MODES = ("batch-1 eager", "batch-1 compiled", "batch-B eager", "batch-B compiled")
+CPU_MODES = ("batch-1 eager", "batch-1 compiled", "batch-B compiled")  # the default modes on a CPU
 GPU_MODES = ("batch-1 compiled", "batch-B compiled")  # the default modes on a GPU (eager: --modes)
+STEP_CLASSES = (ARBatch, SpeculativeBatch, DiffusionBatch)  # every sampler's batch state (what --profile times)
 
 
 def build(name: str, device: str, dtype: str | None) -> RecurrentDepthModel:
@@ -180,25 +196,30 @@ def copy_bandwidth(device: torch.device, nbytes: int = 2 << 30, repeats: int = 1
 
 
 def run(model: RecurrentDepthModel, prompts: list[list[int]], sampler: str, params: dict, max_new: int, mode: str,
-        batch: int, warmup: int, bound: tuple[ReadBytes, float] | None = None) -> dict:
+        batch: int, warmup: int, bound: tuple[ReadBytes, float] | None = None, profile: bool = False) -> dict:
     """One sampler in one mode: tokens/s, passes per token, capped runs, µs per core row·recurrence; with ``bound``
     (the model's :class:`ReadBytes`, the copy bandwidth in bytes/s) also ``frac`` (share of the bandwidth bound
     reached; batch-1: the median prompt's), ``gb_call`` (GB a model call must read, on average) and ``calls_s``
-    (model calls per second); batch-B counts a call of B sequences as one (:func:`result_bytes`)."""
+    (model calls per second); batch-B counts a call of B sequences as one (:func:`result_bytes`). With ``profile``
+    the timed work runs under :func:`recdiff.engine.profile.profiling`: ``profile`` (its
+    :class:`~recdiff.engine.profile.Profile`), ``wall`` (seconds timed) and, batch-1, ``model_fracs`` (each
+    prompt's share of its time in model calls)."""
     device = model.device
-    set_compile(model, mode != "batch-1 eager")
+    set_compile(model, mode.endswith("compiled"))
     kw = dict(max_new_tokens=max_new, stop_token_ids=[], **params)
-    if mode == "batch-B compiled":
+    watch = (lambda: profiling(STEP_CLASSES, device)) if profile else (lambda: contextlib.nullcontext(None))
+    if mode.startswith("batch-B"):
         generate(model, prompts, sampler, batch_size=batch, **kw)  # the same work first: every shape it meets
         _sync(device)
-        t0 = time.perf_counter()
-        res = generate(model, prompts, sampler, batch_size=batch, **kw)
-        _sync(device)
-        wall = time.perf_counter() - t0
+        with watch() as prof:
+            t0 = time.perf_counter()
+            res = generate(model, prompts, sampler, batch_size=batch, **kw)
+            _sync(device)
+            wall = time.perf_counter() - t0
         n = sum(len(r.tokens) for r in res)
         out = {"tok_s": n / wall, "passes": sum(r.stats["core_passes"] for r in res) / n,
                "capped": sum(bool(r.stats.get("max_steps_reached")) for r in res),
-               "us_row": wall / sum(r.stats["tokens_forward"] for r in res) * 1e6}
+               "us_row": wall / sum(r.stats["tokens_forward"] for r in res) * 1e6, "profile": prof, "wall": wall}
         if bound:
             rb, bw = bound
             need = result_bytes(rb, res, [len(p) for p in prompts], sampler, params, batch)
@@ -210,21 +231,25 @@ def run(model: RecurrentDepthModel, prompts: list[list[int]], sampler: str, para
     for p in prompts if mode != "batch-1 eager" else prompts[:warmup]:
         generate(model, p, sampler, **kw)
     rates, passes, capped, wall, row_recs = [], [], 0, 0.0, 0
-    fracs, need, calls = [], 0.0, 0
-    for p in prompts:
-        with Timer(device) as t:
-            res = generate(model, p, sampler, **kw)
-        n = len(res.tokens)
-        rates.append(n / t.seconds)
-        passes.append(res.stats["core_passes"] / n)
-        capped += bool(res.stats.get("max_steps_reached"))
-        wall, row_recs = wall + t.seconds, row_recs + res.stats["tokens_forward"]
-        if bound:
-            b = result_bytes(bound[0], [res], [len(p)], sampler, params)
-            fracs.append(b / t.seconds / bound[1])
-            need, calls = need + b, calls + model_calls(sampler, res.stats, params)
+    fracs, need, calls, model_fracs = [], 0.0, 0, []
+    with watch() as prof:
+        for p in prompts:
+            model_before = prof.model_s if prof else 0.0
+            with Timer(device) as t:
+                res = generate(model, p, sampler, **kw)
+            if prof:
+                model_fracs.append((prof.model_s - model_before) / t.seconds)
+            n = len(res.tokens)
+            rates.append(n / t.seconds)
+            passes.append(res.stats["core_passes"] / n)
+            capped += bool(res.stats.get("max_steps_reached"))
+            wall, row_recs = wall + t.seconds, row_recs + res.stats["tokens_forward"]
+            if bound:
+                b = result_bytes(bound[0], [res], [len(p)], sampler, params)
+                fracs.append(b / t.seconds / bound[1])
+                need, calls = need + b, calls + model_calls(sampler, res.stats, params)
     out = {"tok_s": statistics.median(rates), "passes": statistics.mean(passes), "capped": capped,
-           "us_row": wall / row_recs * 1e6}
+           "us_row": wall / row_recs * 1e6, "profile": prof, "wall": wall, "model_fracs": model_fracs}
     if bound:  # the median prompt's share of its bound, as tokens/s is the median prompt's rate
         out.update(frac=statistics.median(fracs), gb_call=need / calls / 1e9, calls_s=calls / wall)
     return out
@@ -260,6 +285,30 @@ def ratio(model: RecurrentDepthModel, prompts: list[list[int]], label: str, resu
         t = paired_ratio(model, prompts, sampler, params, args.max_new_tokens, mode, args.repeats, args.warmup)
         return f"{mode}: {t.speedup:.2f}x [{t.speedup_lo:.2f}, {t.speedup_hi:.2f}]"
     return f"{mode}: {results[label][mode]['tok_s'] / results['static r=32'][mode]['tok_s']:.2f}x"
+
+
+def print_profile(results: dict[str, dict[str, dict]], modes: list[str], n_prompts: int) -> None:
+    """The step profile of every sampler and mode, and the bookkeeping-free bound of batch-1 eager diffusion."""
+    print("step profile (every run above was timed under it): a step is one sampler step over the occupied slots "
+          "(a token of static and adaptive AR, a round of speculative decoding, a diffusion step); model: its share "
+          "in P, R and C calls; own: the rest, the sampler's own work (device and host); reads: host reads of a "
+          "device value per step")
+    print(f"{'sampler':24s} {'mode':18s} {'steps':>7s} {'ms/step':>8s} {'model':>7s} {'own':>7s} {'reads/step':>11s}")
+    for label in results:
+        for m in modes:
+            p = results[label][m]["profile"]
+            print(f"{label:24s} {m:18s} {p.steps:7d} {p.ms_per_step:8.3f} {100 * (1 - p.own_share):6.1f}% "
+                  f"{100 * p.own_share:6.1f}% {p.reads_per_step:11.2f}")
+    static, diffusion = results.get("static r=32", {}), results.get("diffusion defaults", {})
+    if "batch-1 eager" in static and "batch-1 eager" in diffusion:
+        s, d = static["batch-1 eager"], diffusion["batch-1 eager"]
+        t_static, t_diff = s["wall"] / n_prompts, d["wall"] / n_prompts
+        t_model = d["profile"].model_s / n_prompts
+        fr = sorted(d["model_fracs"])
+        print(f"bookkeeping-free bound, batch-1 eager: static r=32 {1e3 * t_static:.1f} ms per answer ÷ diffusion "
+              f"defaults' model calls {1e3 * t_model:.1f} ms per answer (prefill included) = {t_static / t_model:.2f}x; "
+              f"measured {t_static / t_diff:.2f}x = {100 * t_model / t_diff:.1f}% of the bound (per prompt: median "
+              f"{100 * statistics.median(fr):.1f}%, {100 * fr[0]:.1f}-{100 * fr[-1]:.1f}%)")
 
 
 FLOOR_ROWS = (1, 8, 32, 256)
@@ -328,17 +377,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--bound", action=argparse.BooleanOptionalAction, default=None,
                     help="measure the copy bandwidth and print each mode's share of the bandwidth bound (default: on "
                          "a GPU)")
+    ap.add_argument("--profile", action="store_true",
+                    help="time every run under the step profile (recdiff.engine.profile): each sampler step's share in "
+                         "model calls and outside them, host reads per step; with static r=32 and diffusion defaults "
+                         "in batch-1 eager, diffusion's share of its bookkeeping-free bound")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     dev = torch.device(args.device)
     rows = [s for s in SAMPLERS if args.samplers is None or s[0] in args.samplers.split(",")]
-    modes = [m for m in MODES if m in (args.modes.split(",") if args.modes else GPU_MODES if dev.type == "cuda" else MODES)]
+    default = GPU_MODES if dev.type == "cuda" else CPU_MODES
+    modes = [m for m in MODES if m in (args.modes.split(",") if args.modes else default)]
     with_bound = dev.type == "cuda" if args.bound is None else args.bound
     for name in args.models.split(","):
         model = build(name, args.device, args.dtype)
         prompts = bench_prompts(model, args.prompts, args.prompt_len)
         many = (bench_prompts(model, args.batch_prompts or 2 * args.batch, args.prompt_len)
-                if "batch-B compiled" in modes else prompts)
+                if any(m.startswith("batch-B") for m in modes) else prompts)
         where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU, {args.threads} thread(s)"
         print(f"\n## {name}: {model.num_parameters() / 1e6:.2f}M parameters, {where}, {next(model.parameters()).dtype}, "
               f"{args.max_new_tokens} new tokens; batch-1: median of {len(prompts)} prompts; batch-B: B={args.batch}, "
@@ -359,8 +413,8 @@ def main(argv: list[str] | None = None) -> None:
         for label, sampler, params in rows:
             res = results[label] = {}
             for mode in modes:
-                res[mode] = run(model, many if mode == "batch-B compiled" else prompts, sampler, params,
-                                args.max_new_tokens, mode, args.batch, args.warmup, bound)
+                res[mode] = run(model, many if mode.startswith("batch-B") else prompts, sampler, params,
+                                args.max_new_tokens, mode, args.batch, args.warmup, bound, args.profile)
             first = res[modes[0]]
             print(f"{label:24s}" + "".join(f" {res[m]['tok_s']:22.1f}" for m in modes)
                   + f" {first['passes']:13.2f} {first['capped']:7d}", flush=True)
@@ -374,6 +428,8 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"{label:24s}" + "".join(
                     f" {results[label][m]['gb_call']:28.4g} {results[label][m]['calls_s']:9.1f} "
                     f"{100 * results[label][m]['frac']:7.1f}%" for m in modes))
+        if args.profile:
+            print_profile(results, modes, len(prompts))
         floors = "  ".join(f"{r} row{'s' * (r > 1)}: {product_floor(model, r) * 1e6:.2f}" for r in FLOOR_ROWS)
         print(f"cost per core row·recurrence, µs (wall time / the results' tokens_forward, prefill included; P, C and "
               f"the sampler's own work are in it too):")

@@ -12,6 +12,8 @@ and training. Norms, RoPE, softmax and logits are computed in float32 whatever t
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -176,13 +178,12 @@ class RecurrentDepthModel(nn.Module):
                 tn(p, std)
 
     def initial_state(self, like: Tensor, init_scale: float, generator: torch.Generator | None = None) -> Tensor:
-        """InitState(α): truncated normal with std α·σ_init (× embed scale); all zeros when α = 0."""
+        """InitState(α): truncated normal with std α·σ_init within ±3 std (× embed scale); all zeros when α = 0."""
         std = float(self.config.init_values["std"]) * init_scale
         if std <= 0:
             return torch.zeros_like(like)
         x = torch.empty(like.shape, dtype=torch.float32, device=like.device)
-        torch.nn.init.trunc_normal_(x, std=std, a=-3 * std, b=3 * std, generator=generator)
-        return (x * self.config.embed_scale).to(like.dtype)
+        return (truncated_normal_(x, std, generator) * self.config.embed_scale).to(like.dtype)
 
     # ---------------------------------------------------------------------------------------------- P, R, C
     def _freqs(self, T: int, call: Call | None) -> Tensor:
@@ -258,6 +259,17 @@ class RecurrentDepthModel(nn.Module):
     @property
     def device(self) -> torch.device:
         return self.freqs_cis.device
+
+
+def truncated_normal_(x: Tensor, std: float, generator: torch.Generator | None = None) -> Tensor:
+    """Fill ``x`` with N(0, std²) draws truncated to ±3 std: the inverse normal CDF of uniform draws, the method of
+    ``torch.nn.init.trunc_normal_`` up to torch 2.12. From 2.13 torch rejects and redraws, reading every draw's
+    verdict back to the host (a device synchronisation inside a sampler step), and its draws differ."""
+    lo = (1 + math.erf(-3 / math.sqrt(2))) / 2  # Φ(-3)
+    x.uniform_(2 * lo - 1, 1 - 2 * lo, generator=generator)
+    x.erfinv_()
+    x.mul_(std * math.sqrt(2.0))
+    return x.clamp_(min=-3 * std, max=3 * std)
 
 
 def relative_change(new: Tensor, old: Tensor) -> Tensor:

@@ -96,8 +96,8 @@ def signature(args: tuple[Tensor, ...]) -> tuple:
 class Program:
     """``fn`` compiled for one specialisation; call it with ``args`` of that specialisation only."""
 
-    def __init__(self, fn: Fn, model: Any, cache: Any) -> None:
-        self.fn, self.model, self.cache = fn, model, cache
+    def __init__(self, fn: Fn, model: Any, cache: Any, patches: dict[str, Any] | None = None) -> None:
+        self.fn, self.model, self.cache, self.patches = fn, model, cache, patches or {}
         self.compiled: Callable[..., Any] | None = None
         self.gather: Callable[[tuple[Tensor, ...], list[Any]], tuple[Any, ...]] | None = None
         self.fixed: list[Any] = []
@@ -139,8 +139,9 @@ class Program:
                     api.maybe_mark_dynamic(a, d)
         fn = torch.compile(piece, backend=backend, dynamic=False, fullgraph=True)
         # PATCHES hold while dynamo traces too: with freezing on, parameters become graph constants, not inputs
-        # engine_options["inductor"]: overrides of PATCHES for this model (e.g. the tests' quick-compile settings)
-        patches = {**PATCHES, **self.model.engine_options.get("inductor", {})}
+        # the program's own overrides (a sampler's small tensor functions), then engine_options["inductor"]: overrides of
+        # PATCHES for this model (e.g. the tests' quick-compile settings)
+        patches = {**PATCHES, **self.patches, **self.model.engine_options.get("inductor", {})}
         with api.fx_config.patch(use_duck_shape=False), api.inductor_config.patch(patches), torch.no_grad(), \
                 warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="TypedStorage is deprecated")  # inductor's autotuner, not ours

@@ -75,17 +75,21 @@ class ARBatch:
             # rows without a live sequence may sit further on: keep every query inside the keys (its own row only)
             pos = self.pos.clamp(max=keys - 1)
             if self.eps is None:
-                logits = self._static(pos, z0, keys)
-                steps = [self.r] * self.slots
+                logits, taken = self._static(pos, z0, keys), None
             else:
-                logits, steps = self._adaptive(pos, z0, live, keys)
-            toks = self.opts.select.rows(logits, gens).tolist()  # the one read-back of a static step
+                logits, taken = self._adaptive(pos, z0, live, keys)
+            new = self.opts.select.rows(logits, gens)
+            # the step's one read-back (adaptive compute: besides its exit checks): the tokens and recurrences taken
+            if taken is None:
+                toks, steps = new.tolist(), [self.r] * self.slots
+            else:
+                toks, steps = torch.stack([new, taken]).tolist()
             for b in live:
                 d = self.req[b].data
                 d["core_passes"] += steps[b]
                 d["tokens_forward"] += steps[b]
                 self._append(b, toks[b], steps[b])
-            self.ids[:, 0] = torch.tensor(toks, device=run.device)
+            self.ids[:, 0] = new
             self.pos += 1
             self.pos.clamp_(max=run.length - 1)  # rows without a live sequence must stay inside the buffers
         return [b for b, q in enumerate(self.req) if q is not None and q.data["done"]]
@@ -101,7 +105,7 @@ class ARBatch:
         return run.graphed(f"static-r{r}-k{keys}", token_step, self.ids, pos, z0)
 
     def _adaptive(self, pos: torch.Tensor, z0: torch.Tensor | None, live: list[int], keys: int
-                  ) -> tuple[torch.Tensor, list[int]]:
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
         run = self.runner
         e = run.embed(self.ids, pos, keys)
         z = torch.zeros_like(e) if z0 is None else z0
@@ -117,7 +121,7 @@ class ARBatch:
             # every row exited change nothing)
             if k < self.r and bool(exited.all()):
                 break
-        return run.decode(z, pos, keys)[:, -1], taken.tolist()
+        return run.decode(z, pos, keys)[:, -1], taken
 
     def finish(self, slot: int) -> GenerationResult:
         req, self.req[slot] = self.req[slot], None

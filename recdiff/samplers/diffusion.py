@@ -32,44 +32,40 @@ the wavefront's own entries are rewritten in place every recurrence.
 Batched (:class:`DiffusionBatch`): every occupied slot takes one sampler step at once. Each slot's wavefront lives
 in a fixed buffer of ``wavefront + headway`` rows (valid rows first, the rest padding); the model runs on the rows
 up to the widest live wavefront (under CUDA graphs: rounded up to a power of two). Every per-sequence decision —
-momentum, noise, stability, growth, the freeze point, stops — is a tensor operation over all slots
-(:func:`gather_inputs` and :func:`advance`, pure functions of the batch state), and a step reads back once (the
-slots' pointers and flags). Random draws (α > 0) are made on the host beforehand, from each sequence's own stream.
-Tokens, positions and counters are kept per absolute position.
+momentum, noise, stability, growth, δ and the freeze point — is a tensor operation over all slots
+(:mod:`recdiff.samplers.diffusion_step`, pure functions of the batch state), and a step reads back once: each
+slot's shift and, with stop ids or strings, the tokens its states predict. From that read the host keeps, per
+sequence, the pointers the next step hands in and the scheduler needs (the wavefront's start and width: the
+next step's shapes, admissions and retirements), the stop checks and the counts its result reports
+(:class:`_Slot`). Random draws (α > 0, random headway ids, sampled proposals) are made on the host between steps,
+from each sequence's own stream.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from recdiff.errors import RecdiffError
-from recdiff.model import relative_change
-from recdiff.engine.runner import Runner, cache_length
+from recdiff.engine.runner import SMALL, Runner, cache_length
 from recdiff.engine.scheduler import Request
 from recdiff.checks import validate
 from recdiff.params import DiffusionParams
 from recdiff.samplers.base import GenerationResult, Options, check_fits
+from recdiff.samplers.diffusion_step import (PTR, StepRule, advance, beta_per_position, gather_inputs, piece,
+                                             state_names)
 from recdiff.trace import DiffusionTrace
 
+__all__ = ["SPEC", "RULES", "make_batch", "DiffusionBatch", "beta_per_position"]
 
 SPEC = DiffusionParams.spec()   # the parameters are declared in recdiff/params.py
 RULES = DiffusionParams.rules
 
-
-def beta_per_position(beta: float, schedule: str, n: Tensor, r: int) -> Tensor:
-    """β_t for each wavefront position given its recurrence count n (float tensor)."""
-    if schedule == "constant":
-        return torch.full_like(n, beta)
-    if schedule == "dampened":  # the reference's dampened_state_mixer
-        return beta / (1 + n)
-    if schedule == "sqrt":
-        return beta / torch.sqrt(1 + n)
-    return beta * (1 - n / r).clamp(min=0)  # linear: reaches 0 once a position has had r recurrences
+WINDOW = ("z", "e", "age")  # window state (B, rows, …): a step returns its first rows (under graphs: fixed buffers)
 
 
 def make_batch(opts: Options, params: dict) -> "DiffusionBatch":
@@ -79,177 +75,61 @@ def make_batch(opts: Options, params: dict) -> "DiffusionBatch":
     return DiffusionBatch(opts, p)
 
 
-# ---------------------------------------------------------------------------------------------- one step, as tensors
-# A sampler step is two pure functions of the batch's device state around the model call (P, r' recurrences, C):
-# ``gather_inputs`` (the wavefront's ids, positions, noised states and momentum embeddings) and ``advance``
-# (proposals, counters, growth, the freeze point, stops). Both run eagerly, as compiled programs
-# (recdiff/engine/program.py), or inside a CUDA graph; every random draw happens on the host beforehand, from each
-# sequence's own stream, in the algorithm's order, and arrives as a tensor.
+@dataclass
+class _Slot:
+    """One sequence's host-side record, kept from each step's read-back (the only device read of a step): the
+    pointers the next step hands in, and what its result reports."""
 
-# the device state ``advance`` reads and returns, per absolute position (B, S) and per slot (B,)
-STATE = ("seq", "counter", "age", "stable", "frozen_at", "start", "W", "n_frozen", "steps", "standing", "core_passes",
-         "tokens_forward", "seq_end", "prev_start", "prev_len", "L", "max_new", "max_steps")
-CHANGED = STATE[:-3]  # what a step changes (the prompt length and the limits stay)
+    L: int  # prompt length
+    max_new: int
+    max_steps: int
+    max_len: int  # the furthest the front may reach: the block, or the answer's length plus the window
+    W: int = 1  # states in the wavefront
+    n_frozen: int = 0  # frozen tokens, prompt included (the wavefront starts at n_frozen - 1)
+    lag: int = 0  # the previous step's shift (the reference rule compares with the rows it moved past)
+    seq_end: int = 0  # exclusive end of the current sequence (frozen tokens and proposals)
+    empty: bool = False  # the whole wavefront froze in the last step (with α > 0: a fresh state is drawn)
+    spans: list[tuple[int, int, int]] = field(default_factory=list)  # per step: the states refined (start, W), growth
+    frozen_at: list[int] = field(default_factory=list)  # per new token: the step that froze it (0: the prefill)
+    tokens: list[int] = field(default_factory=list)  # the new tokens frozen so far (kept only with stops)
+    hit_cap: bool = False
+    done: bool = False
+    stopped_by: str = "length"
 
+    @property
+    def steps(self) -> int:
+        return len(self.spans)
 
-@dataclass(frozen=True)
-class StepRule:
-    """Every constant of a step's tensor functions (part of a compiled program's name)."""
+    def advanced(self, shift: int, W: int, h: int) -> None:
+        """Record a step that refined the ``W`` states from the front's start, grew the wavefront by ``h`` and froze
+        the tokens its first ``shift`` states predict."""
+        before = self.n_frozen
+        self.spans.append((before - 1, W, h))
+        self.n_frozen = before + shift
+        self.seq_end = max(before - 1 + W + h, self.n_frozen)
+        self.empty = shift == W + h
+        self.W, self.lag = max(W + h - shift, 1), shift
+        if shift:
+            self.frozen_at += [len(self.spans)] * shift
 
-    r: int
-    r_inner: int
-    headway: int
-    eta: float
-    beta: float
-    beta_schedule: str
-    noise: bool  # α > 0: new and noised states are random (drawn on the host); else zeros
-    continuous: bool
-    adaptive: bool
-    reference: bool
-    prefix: bool
-    epsilon: float
-    r_freeze: int | None
-    greedy: bool
-    stops: bool  # stop token ids given
+    def counter(self, n: int, r: int, r_inner: int) -> np.ndarray:
+        """Core recurrences of the states at positions 0 … n-1: r for the prompt (the prefill), r' per step for a
+        position in the wavefront. A state is refined in a run of consecutive steps (the wavefront's start and end
+        never move back), so its count is the steps that started at or before it less those that ended before."""
+        p = np.arange(n)
+        starts = np.array([s for s, _, _ in self.spans], dtype=np.int64)
+        ends = np.array([s + w for s, w, _ in self.spans], dtype=np.int64)
+        steps = np.searchsorted(starts, p, side="right") - np.searchsorted(ends, p, side="right")
+        return np.where(p < self.L, r, r_inner * steps)
 
-
-def _with(fn: Callable[[StepRule, tuple[Tensor, ...]], tuple[Tensor, ...]], rule: StepRule) -> Callable[..., Any]:
-    """``fn`` as an engine piece (``piece(model, runner, args)``) for this rule."""
-
-    def piece(model: Any, run: Any, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-        return fn(rule, args)
-
-    return piece
-
-
-def gather_inputs(rule: StepRule, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-    """The wavefront's inputs to the model: ids ``(B, T)``, positions, states (noised by β_t) and, with momentum,
-    each position's previous embedding (zero where it was not embedded in the previous step)."""
-    seq, start, W, z, counter, prev_e, prev_e_start, prev_e_len, on, t, *noise = args
-    T, E = t.shape[0], z.shape[-1]
-    start, W = torch.where(on, start, 0), torch.where(on, W, 0)
-    pos = start[:, None] + t  # (B, T)
-    valid = t[None] < W[:, None]
-    ids = seq.gather(1, pos)
-    e_mix = torch.zeros((z.shape[0], T, E), device=z.device, dtype=z.dtype)
-    if rule.eta > 0:  # positions embedded in the previous step mix in η of their previous embedding
-        src = t[None] + (start - prev_e_start)[:, None]
-        ok = valid & (src < prev_e_len[:, None])
-        prev = prev_e.gather(1, src.clamp(0, prev_e.shape[1] - 1)[..., None].expand(-1, -1, E))
-        e_mix = torch.where(ok[..., None], prev, e_mix)
-    z = z[:, :T]
-    if rule.beta > 0:  # noise, with β_t from the schedule and each position's recurrence count
-        n = counter.gather(1, pos).to(z.dtype)
-        b_t = beta_per_position(rule.beta, rule.beta_schedule, n, rule.r)[..., None]
-        z = (1 - b_t) * z + b_t * (noise[0] if rule.noise else torch.zeros_like(z))
-    return ids, pos, z, e_mix
-
-
-def advance(rule: StepRule, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-    """Steps 4-6 of the sampler after the model call, for every slot at once: proposals, counters and stability,
-    growth by the headway, the freeze point, stops. Returns the changed state (in :data:`CHANGED` order), the
-    wavefront states ``(B, Tg, E)`` to keep (as ``z`` and as the next step's ``prev_z``), the momentum window, the
-    flags the host reads back, and (adaptive freezing) δ with its compared window for traces. Every returned tensor
-    is new (a compiled program's outputs must be its graph's)."""
-    n_state = len(STATE)
-    s = dict(zip(STATE, args[:n_state]))
-    prev_z, on, h, z, logits, t, tg, *rest = args[n_state:]
-    new = logits.argmax(-1) if rule.greedy else rest.pop(0)  # (B, T) proposals for positions start+1 … start+T
-    stop_ids = rest.pop(0) if rule.stops else None
-    grow_noise = rest.pop(0) if rule.noise else None
-    B, T, Tg, E = z.shape[0], t.shape[0], tg.shape[0], z.shape[-1]
-    ri = rule.r_inner
-    positions = torch.arange(s["seq"].shape[1], device=z.device)
-    start, W = torch.where(on, s["start"], 0), torch.where(on, s["W"], 0)
-    step_start = start
-    pos = start[:, None] + t
-    valid = t[None] < W[:, None]
-    seq = s["seq"]
-    out = {k: s[k] for k in STATE}
-    out["core_passes"] = s["core_passes"] + ri * on
-    out["tokens_forward"] = s["tokens_forward"] + ri * W
-    out["counter"] = s["counter"].scatter_add(1, pos, ri * valid.long())
-    out["age"] = s["age"].scatter_add(1, pos, ri * valid.long())
-
-    # stability: frozen positions count as unchanged; proposals compared with the previous ones
-    stable = s["stable"] + ((positions[None] < s["n_frozen"][:, None]) & on[:, None])
-    same = (seq.gather(1, pos + 1) == new) & (t[None] < (W - 1)[:, None])
-    out["stable"] = stable.scatter_add(1, pos + 1, same.long())
-    seq = seq.scatter(1, pos + 1, torch.where(valid, new, seq.gather(1, pos + 1)))
-    out["seq"] = seq
-
-    # 5. grow the front by `h` positions (the host computed h: the headway unless the wavefront or block is full)
-    out["standing"] = s["standing"] + ((h < rule.headway) & on)
-    zb = torch.cat([z, z.new_zeros((B, Tg - T, E))], 1)  # the states, padded to the grown width
-    grow = (tg[None] >= W[:, None]) & (tg[None] < (W + h)[:, None])
-    rnd = _rows_at(grow_noise, tg, W) if rule.noise else torch.zeros_like(zb)
-    if rule.continuous:  # the new state continues from the last one(s), where there are enough
-        cont = (W >= h)[:, None] & grow
-        src = (tg[None] - h[:, None]).clamp(min=0)
-        fresh = torch.where(cont[..., None], zb.gather(1, src[..., None].expand(-1, -1, E)), 0.0)
-        fresh = torch.where((grow & ~cont)[..., None], rnd, fresh)
-    else:
-        fresh = rnd
-    zb = torch.where(grow[..., None], fresh.to(zb.dtype), zb)
-    Wp = W + h
-    seq_end = start + Wp  # exclusive end of the current sequence
-
-    # 6. freeze: `shift` leading states leave the wavefront, each freezing the token it predicts
-    shift = torch.zeros_like(start)
-    if rule.adaptive:
-        lo = torch.maximum(start, s["prev_start"])
-        hi = torch.minimum(start + Wp, s["prev_start"] + s["prev_len"])
-        a, c = lo - start, hi - start  # compared window rows a … c-1
-        src = (tg[None] + (start - s["prev_start"])[:, None]).clamp(0, prev_z.shape[1] - 1)
-        delta = relative_change(zb, prev_z.gather(1, src[..., None].expand(-1, -1, E)))  # (B, Tg)
-        cmp = (tg[None] >= a[:, None]) & (tg[None] < c[:, None])
-        below = (delta < rule.epsilon) & cmp
-        if rule.prefix:  # length of the leading run below ε, minus one
-            lead = torch.where(tg[None] < a[:, None], True, below).long().cumprod(1).sum(1) - a
-            j = lead - 1
-        else:  # index of the last position below ε (-1: none)
-            j = ((tg[None] - a[:, None] + 1) * below).max(1).values - 1
-        # paper: converged states lo … lo+j leave; reference: the state lo+j stays and only the token it consumes
-        # freezes
-        shift = torch.where((c > a) & (j >= 0), lo + j + (0 if rule.reference else 1) - start, 0)
-    if rule.r_freeze is not None:  # recurrence budget: older states come first, so this is a prefix
-        aged = (out["age"].gather(1, start[:, None] + tg[None]) >= rule.r_freeze) & (tg[None] < Wp[:, None])
-        shift = torch.maximum(shift, aged.sum(1))
-    shift = shift * on
-    frozen_before = s["n_frozen"]
-    froze = shift > 0
-    newly = (positions[None] >= frozen_before[:, None]) & (positions[None] < (start + shift + 1)[:, None])
-    out["frozen_at"] = torch.where(newly & froze[:, None], s["steps"][:, None], s["frozen_at"])
-    n_frozen = torch.where(froze, start + shift + 1, frozen_before)
-    out["n_frozen"] = n_frozen
-    new_start = start + shift
-    keep = (tg[None] + shift[:, None]).clamp(max=Tg - 1)
-    zb = zb.gather(1, keep[..., None].expand(-1, -1, E))
-    W_new = Wp - shift
-    # the whole wavefront froze (standing wave of one): continue after the new token from a fresh state (zeros;
-    # with α > 0 the host writes the random one before the next step)
-    empty = (W_new == 0) & on
-    zb = torch.where(empty[:, None, None] & (tg == 0)[None, :, None], 0.0, zb).to(zb.dtype)
-    W_new = torch.where(empty, 1, W_new)
-    out["prev_start"] = torch.where(on, step_start if rule.reference else new_start, s["prev_start"])
-    out["prev_len"] = torch.where(on, W_new, s["prev_len"])
-    out["start"] = torch.where(on, new_start, s["start"])
-    out["W"] = torch.where(on, W_new, s["W"])
-    out["seq_end"] = torch.where(on, torch.maximum(seq_end, n_frozen), s["seq_end"])
-    out["steps"] = s["steps"] + on
-
-    # stops among the newly frozen tokens; the length limit; the step cap
-    grew = n_frozen > frozen_before
-    stop_tok = torch.zeros_like(on)
-    if stop_ids is not None:
-        span = (positions[None] >= frozen_before[:, None]) & (positions[None] < n_frozen[:, None])
-        stop_tok = (torch.isin(seq, stop_ids) & span).any(1) & grew
-    long_enough = n_frozen - s["L"] >= s["max_new"]
-    capped = ~long_enough & ~stop_tok & (out["steps"] >= s["max_steps"])
-    flags = torch.stack([out["W"], n_frozen, grew.long(), stop_tok.long(), long_enough.long(), capped.long(),
-                         empty.long()], 1)
-    res = (*(out[k] for k in CHANGED), zb, start, W, flags)
-    return (*res, delta, lo, a, c) if rule.adaptive else res
+    def stability(self, unchanged: np.ndarray) -> np.ndarray:
+        """Stability per position after the steps so far: the steps at which the token's proposal was unchanged,
+        plus those at which it was frozen already (every step for the prompt and the prefill's token)."""
+        f = np.full(len(unchanged), self.steps, dtype=np.int64)  # not frozen (yet): no frozen steps
+        f[: self.L] = 0
+        n = min(len(f) - self.L, len(self.frozen_at))
+        f[self.L : self.L + n] = self.frozen_at[:n]
+        return unchanged + (self.steps - f)
 
 
 class DiffusionBatch:
@@ -259,37 +139,45 @@ class DiffusionBatch:
         self.r, self.r_inner, self.h, self.cap = p["r"], p["r_inner"], p["headway"], p["wavefront"]
         # fixed: final after r recurrences unless told otherwise; adaptive: only a budget when one is given
         self.r_freeze = p["r_freeze"] or (self.r if p["freeze"] == "fixed" else None)
-        self.adaptive, self.reference = p["freeze"] == "adaptive", p["adaptive_rule"] == "reference"
         self.Tw = self.cap + self.h  # window rows: the widest wavefront plus one step's growth
         # padded wavefront rows reach up to Tw positions past the furthest front
         self.runner = run = Runner.get(m, opts.slots, cache_length(m, self.Tw + 1), "shared")
         B, S, E, dev = self.slots, run.length, m.config.n_embd, run.device
-        self.S, self.E, self.dev = S, E, dev
+        self.E, self.dev = E, dev
         self.alpha = p["init_scale"]
         self.rule = StepRule(r=self.r, r_inner=self.r_inner, headway=self.h, eta=p["eta"], beta=p["beta"],
                              beta_schedule=p["beta_schedule"], noise=self.alpha > 0,
-                             continuous=p["continuous_compute"], adaptive=self.adaptive, reference=self.reference,
-                             prefix=p["freeze_rule"] == "prefix", epsilon=p["epsilon"], r_freeze=self.r_freeze,
-                             greedy=opts.select.greedy, stops=bool(opts.stop.ids))
-        i64 = dict(dtype=torch.long, device=dev)
-        # per absolute position: frozen tokens + proposals, core recurrences, sampler recurrences of the state,
-        # stability, the step each token froze at; per slot: pointers and counters (STATE)
-        per_position = {"seq": 0, "counter": 0, "age": 0, "stable": 0, "frozen_at": -1}
-        for k in STATE:
-            setattr(self, k, torch.full((B, S), per_position[k], **i64) if k in per_position else torch.zeros(B, **i64))
-        self.prev_e_start, self.prev_e_len = torch.zeros(B, **i64), torch.zeros(B, **i64)
-        # the wavefront's states (valid rows first), the previous step's states (for δ) and embeddings (momentum)
+                             continuous=p["continuous_compute"], adaptive=p["freeze"] == "adaptive",
+                             reference=p["adaptive_rule"] == "reference", prefix=p["freeze_rule"] == "prefix",
+                             epsilon=p["epsilon"], r_freeze=self.r_freeze, greedy=opts.select.greedy,
+                             tokens=bool(opts.stop.ids or opts.stop.strings), pad_id=p["pad_id"])
+        self.names = state_names(self.rule)
+        # program and graph names: the rule's every constant (formatted once: a dataclass repr costs a step's tenth)
+        self.tag = str(self.rule)
+        self._after = piece(advance, self.rule)
+        # draws between steps: fresh, noise or new states (α > 0), random ids for headway extras
+        self.draws = self.alpha > 0 or (self.h > 1 and p["pad_id"] is None)
+        # the device state (diffusion_step.state_names)
+        self.seq = torch.zeros((B, S), dtype=torch.long, device=dev)
+        self.unchanged = torch.zeros((B, S), dtype=torch.long, device=dev)
         self.z = torch.zeros((B, self.Tw, E), device=dev, dtype=run.dtype)
-        self.prev_z, self.prev_e = torch.zeros_like(self.z), torch.zeros_like(self.z)
+        self.e = torch.zeros_like(self.z) if self.rule.eta > 0 else None
+        self.age = torch.zeros((B, self.Tw), dtype=torch.long, device=dev) if self.rule.ages else None
         self.req: list[Request | None] = [None] * B
-        # per slot, on the host: the pointers read back once per step, the block limit, the step cap
-        self.host: list[dict | None] = [None] * B
-        self.hit_cap = [False] * B
-        self.stop_ids = torch.tensor(sorted(opts.stop.ids), **i64) if opts.stop.ids else None
-        self.rows = torch.arange(self.Tw, device=dev)
+        self.host: list[_Slot | None] = [None] * B
+        self.rows = torch.arange(self.Tw + 1, device=dev)
+        self._views: dict[tuple[int, int], Tensor] = {}
 
     def check(self, index: int | None, prompt_len: int, max_new_tokens: int) -> None:
         check_fits(self.m, prompt_len, prompt_len + max_new_tokens + 1, index)
+
+    def _rows(self, first: int, end: int) -> Tensor:
+        """``first … end-1`` as ``(1, n)``, one dense view per range (a slice is an operation of its own on every call,
+        and a compiled program copies an input of other strides)."""
+        view = self._views.get((first, end))
+        if view is None:
+            view = self._views[(first, end)] = self.rows[first:end][None]
+        return view
 
     # ------------------------------------------------------------------------------------------ prefill
     def admit(self, entries: list[tuple[int, Request]]) -> None:
@@ -309,40 +197,75 @@ class DiffusionBatch:
             self._admit(slot, req, firsts[i], z_last[i : i + 1], None if e_first is None else e_first[i])
 
     def _admit(self, b: int, req: Request, first: int, z_last: Tensor, e_first: Tensor | None) -> None:
-        m, p, L, gen = self.m, self.p, len(req.prompt), req.generator
-        for t in (self.counter, self.age, self.stable):
-            t[b] = 0
-        self.frozen_at[b] = -1
-        self.seq[b, :L], self.seq[b, L] = torch.tensor(req.prompt, device=self.dev), first
-        self.counter[b, :L] = self.r
-        self.frozen_at[b, L] = 0
-        z0 = m.initial_state(z_last, self.alpha, gen)  # the state for position L, which predicts token L+1
-        self.z[b, 0], self.prev_z[b, 0] = z0[0, 0], z0[0, 0]
-        if e_first is not None:
-            self.prev_e[b, 0] = e_first
+        p, L = self.p, len(req.prompt)
+        self.seq[b, : L + 1] = torch.tensor(req.prompt + [first], device=self.dev)
+        self.unchanged[b] = 0
+        # the state for position L, which predicts token L+1 (the rows after it are padding until grown into)
+        self.z[b, 0] = self.m.initial_state(z_last, self.alpha, req.generator)[0, 0]
+        if self.e is not None:  # the momentum term η·e of the first token's embedding
+            self.e[b, 0] = self.rule.eta * e_first
+        if self.age is not None:
+            self.age[b, 0] = 0
         max_steps = p["max_steps"] or 4 * req.max_new_tokens * -(-self.r // self.r_inner)
-        for t, v in ((self.start, L), (self.W, 1), (self.n_frozen, L + 1), (self.steps, 0), (self.standing, 0),
-                     (self.core_passes, self.r), (self.tokens_forward, self.r * L), (self.seq_end, L + 1),
-                     (self.L, L), (self.max_new, req.max_new_tokens), (self.max_steps, max_steps),
-                     (self.prev_start, L), (self.prev_len, 1), (self.prev_e_start, L), (self.prev_e_len, 1)):
-            t[b] = v
-        self.hit_cap[b] = False
-        req.data = {**req.data, "stopped_by": "length", "done": False}
-        if req.data.get("trace"):
-            req.data["recorder"] = _TraceRecorder(L)
-        self.req[b] = req
         # the front may run up to `wavefront` positions ahead of the last frozen token
-        self.host[b] = {"W": 1, "n_frozen": L + 1, "empty": False,
-                        "max_len": min(m.config.block_size, L + req.max_new_tokens + self.cap + self.h + 1)}
-        if req.max_new_tokens <= 1:  # the prefill's token is all that was asked for
-            req.data["done"] = True
+        rec = _Slot(L=L, max_new=req.max_new_tokens, max_steps=max_steps,
+                    max_len=min(self.m.config.block_size, L + req.max_new_tokens + self.cap + self.h + 1),
+                    n_frozen=L + 1, seq_end=L + 1, frozen_at=[0],
+                    tokens=[first], done=req.max_new_tokens <= 1)  # done: the prefill's token is all that was asked
+        req.data = {**req.data, "recorder": _TraceRecorder(L) if req.data.get("trace") else None}
+        self.req[b], self.host[b] = req, rec
 
     # ------------------------------------------------------------------------------------------ one step
     def step(self) -> list[int]:
-        live = [b for b, q in enumerate(self.req) if q is not None and not q.data["done"]]
+        live = [b for b, rec in enumerate(self.host) if rec is not None and not rec.done]
         if live:
             self._step(live)
-        return [b for b, q in enumerate(self.req) if q is not None and q.data["done"]]
+        return [b for b, rec in enumerate(self.host) if rec is not None and rec.done]
+
+    def _step(self, live: list[int]) -> None:
+        run, rule, host = self.runner, self.rule, self.host
+        B = self.slots
+        start, Wh, hh, lag = [0] * B, [0] * B, [0] * B, [0] * B  # a slot without a live sequence: no rows
+        for b in live:  # growth: the headway, unless the wavefront (or the block) is full
+            rec = host[b]
+            start[b], Wh[b], lag[b] = rec.n_frozen - 1, rec.W, rec.lag
+            hh[b] = max(0, min(self.cap - rec.W, self.h, rec.max_len - (rec.n_frozen - 1 + rec.W)))
+        T = run.width(max(Wh), self.Tw)  # a few static shapes under CUDA graphs
+        Tg = min(self.Tw, T + self.h)
+        # the furthest query: the last padded row of the slot whose wavefront starts furthest
+        keys = run.keys(max(start[b] for b in live) + T)
+        mix, grow = self._draws(live, Wh, hh, T) if self.draws else ([], [])
+        ptr = torch.tensor(start + Wh + hh + lag, device=self.dev).view(len(PTR), B, 1)
+        z, e, logits = self._model_step(T, keys, ptr, mix)
+        extra = ([] if rule.greedy else [self._select(logits, live, Wh)]) + grow
+        out = self._advance(T, Tg, ptr, z, e, logits, extra)
+        for k, v in zip(self.names, out):
+            if k in WINDOW and run.cuda_graphs:  # a graph's buffers keep their shapes: the window's first Tg rows
+                getattr(self, k)[:, :Tg] = v
+            else:  # eager or compiled: the next step's rows are among these Tg (its wavefronts are no wider)
+                setattr(self, k, v)
+        read = out[len(self.names)].tolist()  # the step's one read-back
+        delta = out[len(self.names) + 1] if rule.adaptive else None
+        stop = self.opts.stop.first_stop
+        for b in live:
+            rec, row = host[b], read[b]
+            shift, before, lag = row[0], rec.n_frozen, rec.lag
+            rec.advanced(shift, Wh[b], hh[b])
+            recorder = self.req[b].data["recorder"]
+            if recorder is not None:
+                compared = Wh[b] - lag if rule.reference else Wh[b]
+                self._record(b, recorder, None if delta is None else delta[b, : max(compared, 0)], before - 1)
+            if shift and rule.tokens:  # the newly frozen tokens against the stops
+                rec.tokens += row[1 : 1 + shift]
+                stopped = stop(rec.tokens, before - rec.L)
+                if stopped:
+                    rec.stopped_by, rec.done = stopped[1], True
+            if rec.done:
+                continue
+            if rec.n_frozen - rec.L >= rec.max_new:
+                rec.done = True
+            elif rec.steps >= rec.max_steps:
+                rec.stopped_by, rec.done, rec.hit_cap = "max_steps", True, True
 
     def _noise(self, shape_rows: list[int], live: list[int], width: int = 1) -> Tensor:
         """Initial states for ``shape_rows[b]`` rows of each live slot, from its own stream (zeros at α = 0), in
@@ -359,20 +282,21 @@ class DiffusionBatch:
         """Every random draw of this step, from each sequence's own stream in the algorithm's order: a fresh state
         for a wavefront that froze whole in the previous step, noise for β, random ids for extra headway
         positions (written into ``seq`` here: they lie past the wavefront, so the model call does not read them),
-        noise for new states. All zeros, and nothing drawn, at α = 0."""
+        noise for new states. Nothing is drawn at α = 0 but the random ids."""
         if self.alpha > 0:
-            redo = [b for b in live if self.host[b]["empty"]]
+            redo = [b for b in live if self.host[b].empty]
             if redo:
                 fresh = self._noise([1 if b in redo else 0 for b in range(self.slots)], redo)
                 for b in redo:
-                    self.z[b, 0] = self.prev_z[b, 0] = fresh[b, 0]
+                    self.z[b, 0] = fresh[b, 0]
         # noise for β over the step's T rows (under CUDA graphs T is a power of two above the widest wavefront)
         mix = [self._noise(Wh, live, T)[:, :T]] if self.rule.beta > 0 and self.alpha > 0 else []
-        if self.h > 1:
+        if self.h > 1 and self.p["pad_id"] is None:
             for b in live:
                 if hh[b] > 1:
-                    at = self.host[b]["n_frozen"] - 1 + Wh[b] + 1  # after the first new position
-                    self.seq[b, at : at + hh[b] - 1] = self._extra_ids(hh[b] - 1, self.req[b].generator)
+                    at = self.host[b].n_frozen - 1 + Wh[b] + 1  # after the first new position
+                    self.seq[b, at : at + hh[b] - 1] = torch.randint(0, self.m.config.vocab_size, (hh[b] - 1,),
+                                                                     device=self.dev, generator=self.req[b].generator)
         grow = []
         if self.alpha > 0:
             if self.rule.continuous:  # random only where the wavefront is shorter than the growth
@@ -381,102 +305,63 @@ class DiffusionBatch:
                 grow = [self._noise(hh, live)]
         return mix, grow
 
-    def _model_step(self, T: int, keys: int, on: Tensor, mix: list[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
-        """1.-4. of a step over ``T`` wavefront rows attending to ``keys`` positions: the wavefront's inputs
-        (momentum, noise), then P, r' recurrences, C → states, embeddings, logits (one graph per T and keys)."""
-        run, rule, eta, ri = self.runner, self.rule, self.p["eta"], self.r_inner
+    def _model_step(self, T: int, keys: int, ptr: Tensor, mix: list[Tensor]) -> tuple[Tensor, Tensor | None, Tensor]:
+        """1.-4. of a step over ``T`` window rows attending to ``keys`` positions: the inputs (positions, ids, noise),
+        P with momentum, r' recurrences, C → states, embeddings, logits (one graph per T and keys)."""
+        run, rule, eta, ri = self.runner, self.rule, self.rule.eta, self.r_inner
+        noised = rule.beta > 0
 
-        def model_step(*args: Tensor) -> tuple[Tensor, ...]:
-            ids, pos, z, e_mix = run.run(f"gather-{rule}", _with(gather_inputs, rule), args)
+        def model_step(seq: Tensor, ptr: Tensor, rows: Tensor, z: Tensor, *rest: Tensor) -> tuple[Any, ...]:
+            e_prev, rest = (rest[0], rest[1:]) if eta > 0 else (None, rest)
+            # a few operations: eagerly also on the compile path (a compiled program's call costs more than they do)
+            if noised:
+                ids, pos, z = gather_inputs(rule, (seq, ptr, rows, z, *rest))
+            else:
+                ids, pos = gather_inputs(rule, (seq, ptr, rows))
             e = run.embed(ids, pos, keys)
-            if eta > 0:
-                e = e * (1 - eta) + eta * e_mix
+            if eta > 0:  # e ← η·e_prev + (1 − η)·P(y); the window holds η·e_prev
+                e = e * (1 - eta) + e_prev
             z = run.cores(z, e, pos, keys, ri)
             return z, e, run.decode(z, pos, keys)
 
-        return run.graphed(f"diffusion-{rule}-k{keys}", model_step, self.seq, self.start, self.W, self.z, self.counter,
-                           self.prev_e, self.prev_e_start, self.prev_e_len, on, self.rows[:T], *mix)
+        window = [self.z[:, :T]] + ([self.e[:, :T]] if eta > 0 else [])
+        noising = [self.age[:, :T], *mix] if noised else []
+        z, e, logits = run.graphed(f"diffusion-{self.tag}-k{keys}", model_step, self.seq, ptr, self._rows(0, T),
+                                   *window, *noising)
+        return z, e if eta > 0 else None, logits
 
-    def _advance(self, T: int, keys: int, on: Tensor, h: Tensor, z: Tensor, logits: Tensor, extra: list[Tensor]
-                 ) -> tuple[Tensor, ...]:
-        """5.-6. of a step: proposals, counters, growth, the freeze point, stops (:func:`advance`)."""
-        run, rule = self.runner, self.rule
+    def _advance(self, T: int, Tg: int, ptr: Tensor, z: Tensor, e: Tensor | None, logits: Tensor,
+                 extra: list[Tensor]) -> tuple[Tensor, ...]:
+        """5.-6. of a step (:func:`recdiff.samplers.diffusion_step.advance`), one graph per shape."""
+        run, after, name = self.runner, self._after, "advance-" + self.tag
 
-        def after(*args: Tensor) -> tuple[Tensor, ...]:
-            return run.run(f"advance-{rule}", _with(advance, rule), args)
+        def advance_step(*args: Tensor) -> tuple[Tensor, ...]:
+            return run.run(name, after, args, SMALL)
 
-        tg = self.rows[: min(self.Tw, T + self.h)]
-        return run.graphed(f"advance-diffusion-{rule}-k{keys}", after, *(getattr(self, k) for k in STATE), self.prev_z,
-                           on, h, z, logits, self.rows[:T], tg, *extra)
+        return run.graphed("advance-diffusion-" + self.tag, advance_step, *(getattr(self, k) for k in self.names),
+                           ptr, z, *([e] if e is not None else []), logits, self._rows(0, T), self._rows(1, T + 1),
+                           self._rows(0, Tg), *extra)
 
     def capture_graphs(self, shortest: int, longest: int) -> None:
         """Under CUDA graphs, capture now every step graph that sequences of ``shortest`` to ``longest`` positions
         (prompt and new tokens) can meet: each power-of-two wavefront width up to the window (how wide a wavefront
         grows depends on how fast it converges, which no example prompt fixes), with each key count its front can
-        reach, and each width of new states' noise. Run with no slot live (``on`` all false): the batch's state is
-        not touched; K/V rows written at positions of idle slots are rewritten before any query reads them, as in
-        every step. Nothing to do without graphs (the CPU compile path has dynamic shapes)."""
+        reach, and each width of new states' noise. Run with every slot free (``W`` = 0): the batch's state is not
+        touched; K/V rows written at positions of free slots are rewritten before any query reads them, as in every
+        step. Nothing to do without graphs (the CPU compile path has dynamic shapes)."""
         run, rule = self.runner, self.rule
         if not run.cuda_graphs:
             return
-        on = torch.zeros(self.slots, dtype=torch.bool, device=self.dev)
-        h = torch.zeros(self.slots, dtype=torch.long, device=self.dev)
+        ptr = torch.zeros((len(PTR), self.slots, 1), dtype=torch.long, device=self.dev)
         noise = lambda rows: torch.zeros((self.slots, rows, self.E), device=self.dev, dtype=self.z.dtype)  # noqa: E731
         for T in sorted({run.width(n, self.Tw) for n in range(1, self.Tw + 1)}):
             mix = [noise(T)] if rule.beta > 0 and rule.noise else []
             for keys in sorted({run.keys(x) for x in range(shortest + T - 1, longest + T)}):
-                z, _, logits = self._model_step(T, keys, on, mix)
-                extra = [] if rule.greedy else [torch.zeros((self.slots, T), dtype=torch.long, device=self.dev)]
-                extra += [self.stop_ids] if rule.stops else []
-                for grow in range(1, self.h + 1) if rule.noise else [None]:
-                    self._advance(T, keys, on, h, z, logits, extra + ([] if grow is None else [noise(grow)]))
-
-    def _step(self, live: list[int]) -> None:
-        run, rule, eta = self.runner, self.rule, self.p["eta"]
-        on_list = [b in live for b in range(self.slots)]
-        on = torch.tensor(on_list, device=self.dev)
-        Wh = [self.host[b]["W"] if on_list[b] else 0 for b in range(self.slots)]
-        # growth: the headway, unless the wavefront (or the block) is full; from host-side pointers, no read-back
-        hh = [max(0, min(self.cap - Wh[b], self.h, self.host[b]["max_len"] - (self.host[b]["n_frozen"] - 1 + Wh[b])))
-              if on_list[b] else 0 for b in range(self.slots)]
-        T = run.width(max(Wh), self.Tw)  # a few static shapes under CUDA graphs
-        Tg = min(self.Tw, T + self.h)
-        # the furthest query: the last padded row of the slot whose wavefront starts furthest (start = n_frozen - 1)
-        keys = run.keys(max(self.host[b]["n_frozen"] - 1 for b in live) + T)
-        mix, grow = self._draws(live, Wh, hh, T)
-        z, e, logits = self._model_step(T, keys, on, mix)
-        extra = [] if rule.greedy else [self._select(logits, live, Wh)]
-        extra += [self.stop_ids] if rule.stops else []
-        extra += grow
-        res = self._advance(T, keys, on, torch.tensor(hh, device=self.dev), z, logits, extra)
-        for k, v in zip(CHANGED, res):
-            setattr(self, k, v)
-        zb, e_start, e_len, flags, *window = res[len(CHANGED):]
-        self.z[:, :Tg] = zb
-        self.prev_z[:, :Tg] = zb
-        if eta > 0:
-            self.prev_e[:, :T] = e
-            self.prev_e_start, self.prev_e_len = e_start.clone(), e_len.clone()
-        flags = flags.tolist()  # the step's one read-back
-        traced = [b for b in live if self.req[b].data.get("trace")]
-        for b in traced:
-            self._record(b, *window)
-        for b in live:
-            Wb, nf, g, st, full, cap, empty = flags[b]
-            d = self.req[b].data
-            before = self.host[b]["n_frozen"]
-            self.host[b].update(W=Wb, n_frozen=nf, empty=bool(empty))
-            if st:
-                d["stopped_by"], d["done"] = "stop_token", True
-            elif g and self.opts.stop.strings:
-                L = len(self.req[b].prompt)
-                if self.opts.stop.first_stop(self.seq[b, L:nf].tolist(), before - L):
-                    d["stopped_by"], d["done"] = "stop_string", True
-            if not d["done"] and (full or cap):
-                d["done"] = True
-                if cap:
-                    d["stopped_by"] = "max_steps"
-                    self.hit_cap[b] = True
+                z, e, logits = self._model_step(T, keys, ptr, mix)
+            extra = [] if rule.greedy else [torch.zeros((self.slots, T), dtype=torch.long, device=self.dev)]
+            for grow in range(1, self.h + 1) if rule.noise else [None]:
+                self._advance(T, min(self.Tw, T + self.h), ptr, z, e, logits,
+                              extra + ([] if grow is None else [noise(grow)]))
 
     def _select(self, logits: Tensor, live: list[int], Wh: list[int]) -> Tensor:
         """Sampled proposals ``(B, T)``, each sequence from its own stream (greedy proposals are an argmax inside
@@ -486,57 +371,45 @@ class DiffusionBatch:
             new[b, : Wh[b]] = self.opts.select(logits[b, : Wh[b]], self.req[b].generator)
         return new
 
-    def _extra_ids(self, n: int, gen: torch.Generator) -> Tensor:
-        if self.p["pad_id"] is not None:
-            return torch.full((n,), self.p["pad_id"], device=self.dev, dtype=torch.long)
-        return torch.randint(0, self.m.config.vocab_size, (n,), device=self.dev, generator=gen)
-
-    def _record(self, b: int, delta: Tensor | None = None, lo: Tensor | None = None, a: Tensor | None = None,
-                c: Tensor | None = None) -> None:
+    def _record(self, b: int, recorder: "_TraceRecorder", delta: Tensor | None, start: int) -> None:
         """One trace row of slot ``b`` (only for sequences asked to be traced: host copies are fine here); δ over its
-        compared window under adaptive freezing."""
-        end = int(self.seq_end[b])
-        d, lo_b = None, 0
-        if delta is not None and int(c[b]) > int(a[b]):
-            d, lo_b = delta[b, int(a[b]) : int(c[b])], int(lo[b])
-        self.req[b].data["recorder"].record(self.seq[b, :end], int(self.n_frozen[b]), self.counter[b, :end].cpu().numpy(),
-                                            self.stable[b, :end], d, lo_b)
+        compared rows under adaptive freezing, the first at the step's ``start``."""
+        rec = self.host[b]
+        end = rec.seq_end
+        recorder.record(self.seq[b, :end].cpu().numpy(), rec.n_frozen, rec.counter(end, self.r, self.r_inner),
+                        rec.stability(self.unchanged[b, :end].cpu().numpy()),
+                        None if delta is None else delta.float().cpu().numpy(), start)
 
     # ------------------------------------------------------------------------------------------ result
     def finish(self, slot: int) -> GenerationResult:
-        req, self.req[slot] = self.req[slot], None
-        b, d, L = slot, req.data, len(req.prompt)
-        n_frozen, hit_cap = int(self.n_frozen[b]), self.hit_cap[b]
-        end = max(n_frozen, int(self.seq_end[b])) if hit_cap else n_frozen
+        req, rec, self.req[slot], self.host[slot] = self.req[slot], self.host[slot], None, None
+        b, L = slot, rec.L
+        end = max(rec.n_frozen, rec.seq_end) if rec.hit_cap else rec.n_frozen
         # at the step cap, the unfrozen proposals are still the model's best guess: return them, flagged
         tokens = self.seq[b, L:end].tolist()
-        if d["stopped_by"] in ("stop_token", "stop_string"):
+        if rec.stopped_by in ("stop_token", "stop_string"):
             tokens = tokens[: self.opts.stop.first_stop(tokens, 0)[0]]  # several tokens may freeze in the stopping step
         tokens = tokens[: req.max_new_tokens]
         n_out = L + len(tokens)
+        frozen_at = rec.frozen_at[: n_out - L]
         stats = {
-            "core_passes": int(self.core_passes[b]),
-            "tokens_forward": int(self.tokens_forward[b]),
-            "steps": int(self.steps[b]),
-            "standing_waves": int(self.standing[b]),
+            "core_passes": self.r + self.r_inner * rec.steps,
+            "tokens_forward": self.r * L + self.r_inner * sum(W for _, W, _ in rec.spans),
+            "steps": rec.steps,
+            "standing_waves": sum(h < self.h for _, _, h in rec.spans),  # steps without growth
             "new_tokens": len(tokens),
-            "recurrences_per_position": self.counter[b, :n_out].tolist(),
-            "stability_per_position": self.stable[b, :n_out].tolist(),
-            "frozen_at_step": self.frozen_at[b, L:n_out].tolist(),  # step (0 = prefill) at which each new token froze
-            "max_steps_reached": hit_cap,
-            "unfrozen_tokens": max(0, L + len(tokens) - n_frozen),
+            "recurrences_per_position": rec.counter(n_out, self.r, self.r_inner).tolist(),
+            "stability_per_position": rec.stability(self.unchanged[b, :n_out].cpu().numpy()).tolist(),
+            # the step (0 = prefill) at which each new token froze; -1: not frozen (at the step cap)
+            "frozen_at_step": frozen_at + [-1] * (n_out - L - len(frozen_at)),
+            "max_steps_reached": rec.hit_cap,
+            "unfrozen_tokens": max(0, n_out - rec.n_frozen),
             "kv_cache_bytes": self.runner.cache.bytes_per_slot(),
             "ideal_speedup": (self.r + 1) / (self.r_inner + 1),
         }
-        rec = d.get("recorder")
-        return GenerationResult(tokens=tokens, stats=stats, trace=rec.finish() if rec else None,
-                                stopped_by=d["stopped_by"])
-
-
-def _rows_at(src: Tensor, rows: Tensor, first: Tensor) -> Tensor:
-    """``out[b, t] = src[b, t - first[b]]`` for the window rows ``rows`` (rows before ``first`` get row 0)."""
-    idx = (rows[None] - first[:, None]).clamp(0, src.shape[1] - 1)
-    return src.gather(1, idx[..., None].expand(-1, -1, src.shape[-1]))
+        recorder = req.data.get("recorder")
+        return GenerationResult(tokens=tokens, stats=stats, trace=recorder.finish() if recorder else None,
+                                stopped_by=rec.stopped_by)
 
 
 class _TraceRecorder:
@@ -546,12 +419,14 @@ class _TraceRecorder:
         self.prompt_len = prompt_len
         self.rows: list[tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]] = []
 
-    def record(self, seq: Tensor, n_frozen: int, counter: np.ndarray, stable: Tensor, delta: Tensor | None, lo: int) -> None:
+    def record(self, seq: np.ndarray, n_frozen: int, counter: np.ndarray, stable: np.ndarray, delta: np.ndarray | None,
+               lo: int) -> None:
+        """One step: the sequence, frozen count, counters and stability so far, and δ of the states compared from
+        position ``lo`` on."""
         d = np.full(len(counter), np.nan, dtype=np.float16)
         if delta is not None:
-            d[lo : lo + delta.numel()] = delta.float().cpu().numpy()
-        self.rows.append((seq.cpu().numpy().astype(np.int32), n_frozen, counter.astype(np.int32),
-                          stable.cpu().numpy().astype(np.int32), d))
+            d[lo : lo + len(delta)] = delta
+        self.rows.append((seq.astype(np.int32), n_frozen, counter.astype(np.int32), stable.astype(np.int32), d))
 
     def finish(self) -> DiffusionTrace:
         S, P = len(self.rows), max((len(r[0]) for r in self.rows), default=0)
@@ -563,5 +438,3 @@ class _TraceRecorder:
         frozen = np.array([r[1] for r in self.rows], dtype=np.int32)
         return DiffusionTrace(tokens=tokens, frozen=frozen, counter=counter, stability=stability, delta=delta,
                               prompt_len=self.prompt_len)
-
-

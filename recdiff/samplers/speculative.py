@@ -114,15 +114,24 @@ class SpeculativeBatch:
         z = self._init(look, live)
         logits = self._forward(ids, self.committed[:, None] + torch.arange(look, device=run.device), self.r, z, keys)
         verified = logits.argmax(-1)
-        host_drafts, host_verified = drafts.tolist(), verified.tolist()  # the round's one read-back
+        # the round's one read-back (under sampling, a second: the tokens drawn where a draft was rejected)
+        host_drafts, host_verified = torch.stack([drafts, verified]).tolist()
+        kept, drawn = {}, {}
         for b in live:
-            req = self.req[b]
-            d, k = req.data, n_draft[b]
+            k = n_draft[b]
             draft = host_drafts[b][:k]
             n_ok = next((i for i, (a, c) in enumerate(zip(host_verified[b], draft)) if a != c), k)
-            new = draft[:n_ok]
+            kept[b] = (n_ok, draft[:n_ok])
             if n_ok < k or not draft:  # (no draft only where the block size ends the sequence)
-                new.append(host_verified[b][n_ok] if sel.greedy else int(sel(logits[b, n_ok : n_ok + 1], req.generator)[0]))
+                if sel.greedy:
+                    kept[b][1].append(host_verified[b][n_ok])
+                else:
+                    drawn[b] = sel(logits[b, n_ok : n_ok + 1], self.req[b].generator)
+        if drawn:
+            for b, tok in zip(drawn, torch.cat(list(drawn.values())).tolist()):
+                kept[b][1].append(tok)
+        for b in live:
+            d, k, (n_ok, new) = self.req[b].data, n_draft[b], kept[b]
             d["accepted"].append(n_ok)
             d["core_passes"] += k * self.r_draft + self.r
             d["tokens_forward"] += k * self.r_draft + self.r * max(1, k)

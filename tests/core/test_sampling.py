@@ -119,3 +119,25 @@ def test_headway_wavefront_noise_knobs(load_fixture_model, tmp_path):
     # frozen_at_step is monotone and covers every new token
     assert sorted(res.stats["frozen_at_step"]) == res.stats["frozen_at_step"]
     assert len(res.stats["frozen_at_step"]) == 12
+
+
+def test_init_state_is_a_truncated_normal_drawn_without_host_reads(load_fixture_model):
+    """InitState(α): N(0, (α·σ)²) truncated to ±3 std, times the embed scale, from the given stream; the draw never
+    reads a value back (torch 2.13's trunc_normal_ does, once per rejection round)."""
+    from recdiff.engine.profile import profiling
+
+    model = load_fixture_model(RAVEN_TINY)
+
+    class Draw:
+        def step(self):
+            return model.initial_state(torch.zeros((4, 5000, 8)), 2.0, torch.Generator().manual_seed(1))
+
+    with profiling([Draw]) as prof:
+        x = Draw().step()
+    assert prof.step_reads == 0
+    std = float(model.config.init_values["std"]) * 2.0 * model.config.embed_scale
+    assert abs(x.abs().max().item() - 3 * std) < 0.01 * std  # the bounds are reached, never passed
+    assert abs(x.std().item() / std - 0.98658) < 0.01  # a normal truncated at 3 std: std factor sqrt(0.97334)
+    assert abs(x.mean().item()) < 0.01 * std
+    again = model.initial_state(torch.zeros((4, 5000, 8)), 2.0, torch.Generator().manual_seed(1))
+    assert torch.equal(x, again)

@@ -26,14 +26,20 @@ def test_floor_multiplies_exactly_one_recurrences_weights():
     torch.testing.assert_close(got, want)
 
 
-def test_bench_prints_rates_costs_and_ratios(capsys):
+def test_bench_prints_rates_costs_ratios_and_the_step_profile(capsys):
     main(["--models", "embedded", "--samplers", "static r=32,diffusion defaults", "--prompts", "1",
-          "--max-new-tokens", "4", "--modes", "batch-1 eager"])
+          "--max-new-tokens", "4", "--modes", "batch-1 eager", "--profile"])
     out = capsys.readouterr().out
     assert "static r=32" in out and "diffusion defaults" in out
     assert "cost per core row·recurrence" in out and "256 rows:" in out
     assert "ratio diffusion defaults / static r=32 — batch-1 eager:" in out
     assert "% bound" not in out  # the bandwidth bound is a GPU figure: off on a CPU unless asked for
+    rows = {line.split("  ")[0]: line.split() for line in out.splitlines() if " batch-1 eager " in line and "%" in line}
+    static, diffusion = rows["static r=32"], rows["diffusion defaults"]
+    # steps timed: static decodes 3 of its 4 tokens (the prefill gives the first), one read each; diffusion at least 3
+    assert int(static[4]) == 3 and float(static[-1]) == 1.0
+    assert int(diffusion[4]) >= 3 and float(diffusion[-1]) == 1.0
+    assert "bookkeeping-free bound, batch-1 eager: static r=32" in out and "% of the bound" in out
 
 
 def test_bench_prints_the_bandwidth_bound_when_asked(capsys):

@@ -1,0 +1,208 @@
+"""One diffusion sampler step as tensor operations over every slot and wavefront row (the device half of
+:mod:`recdiff.samplers.diffusion`).
+
+A slot's wavefront lives in *window rows*: row ``t`` is the state at absolute position ``start + t`` (it predicts
+the token at ``start + t + 1``); rows ``0 … W-1`` are valid, the rest padding. The window buffers hold, per row,
+the state ``z``, with momentum η times the previous step's embedding ``e`` (zero where the row was not embedded),
+and with a recurrence budget or noise the state's sampler recurrences ``age``. Freezing ``shift`` leading states
+moves the window: row ``t`` of the next step comes from row ``t + shift`` of this one, one gather per buffer.
+Tokens and unchanged proposals are kept per absolute position.
+
+A step is two pure functions around the model call (P, r' recurrences, C): :func:`gather_inputs` and
+:func:`advance`. Each runs eagerly, as a compiled program (recdiff/engine/program.py) or inside a CUDA graph;
+everything it depends on besides its tensors is in :class:`StepRule` (part of a compiled program's name), and no
+Python branch depends on a tensor's size or value. The host hands in each slot's pointers (``ptr``: start, W, the
+growth h, the previous shift), which it keeps from the step's one read-back (:data:`READ`), and the step's random
+draws (α > 0, random headway ids, sampled proposals), made from each sequence's own stream. A slot without a live
+sequence has ``W = 0`` and ``h = 0``: every row is padding and nothing it writes is ever read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class StepRule:
+    """Every constant of a step's tensor functions (part of a compiled program's name)."""
+
+    r: int
+    r_inner: int
+    headway: int
+    eta: float
+    beta: float
+    beta_schedule: str
+    noise: bool  # α > 0: new and noised states are InitState(α) draws (made on the host); else zeros
+    continuous: bool
+    adaptive: bool
+    reference: bool
+    prefix: bool
+    epsilon: float
+    r_freeze: int | None
+    greedy: bool
+    tokens: bool  # stop ids or strings given: the read-back carries the proposals, which the host checks
+    pad_id: int | None  # headway extras (None: random ids, written by the host)
+
+    @property
+    def ages(self) -> bool:
+        """Whether the window keeps each state's sampler recurrences: for the budget and for β_t."""
+        return self.r_freeze is not None or self.beta > 0
+
+
+# What the host reads back after a step, per slot: the shift (states that left the wavefront, each freezing the token
+# it predicts), then (rule.tokens) the tokens at start+1 … start+T, of which the first `shift` are now frozen.
+READ = ("shift", "tokens")
+PTR = ("start", "W", "h", "lag")  # the pointers the host hands in, one (4, B, 1) tensor
+
+
+def state_names(rule: StepRule) -> tuple[str, ...]:
+    """The batch state :func:`advance` reads and returns, in order: per absolute position ``seq`` (tokens) and
+    ``unchanged`` (steps at which the token's new proposal equalled the one it replaced); the window ``z``, ``e``
+    (momentum), ``age`` (:attr:`StepRule.ages`)."""
+    return ("seq", "unchanged", "z") + (("e",) if rule.eta > 0 else ()) + (("age",) if rule.ages else ())
+
+
+def beta_per_position(beta: float, schedule: str, n: Tensor, r: int) -> Tensor:
+    """β_t for each wavefront position given its recurrence count n (float tensor)."""
+    if schedule == "constant":
+        return torch.full_like(n, beta)
+    if schedule == "dampened":  # the reference's dampened_state_mixer
+        return beta / (1 + n)
+    if schedule == "sqrt":
+        return beta / torch.sqrt(1 + n)
+    return beta * (1 - n / r).clamp(min=0)  # linear: reaches 0 once a position has had r recurrences
+
+
+def piece(fn: Callable[[StepRule, tuple[Tensor, ...]], tuple[Tensor, ...]], rule: StepRule) -> Callable[..., Any]:
+    """``fn`` as an engine piece (``piece(model, runner, args)``) for this rule."""
+
+    def run(model: Any, runner: Any, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        return fn(rule, args)
+
+    return run
+
+
+def gather_inputs(rule: StepRule, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    """The model's inputs for ``T`` window rows: token ids and absolute positions ``(B, T)``, and with β > 0 the
+    states noised, z ← (1 − β_t)·z + β_t·InitState(α), β_t by the schedule and the state's recurrences so far.
+    Args: ``seq``, ``ptr``, ``rows`` (1, T), and with β > 0 the window's states and ages ``(B, T, …)`` and (α > 0)
+    the noise."""
+    seq, ptr, rows, *noising = args
+    pos = ptr[0] + rows  # (B, T)
+    ids = seq.gather(1, pos)
+    if rule.beta <= 0:
+        return ids, pos
+    z, age, *noise = noising
+    b_t = beta_per_position(rule.beta, rule.beta_schedule, age.to(z.dtype), rule.r)[..., None]
+    return ids, pos, (1 - b_t) * z + b_t * (noise[0] if rule.noise else torch.zeros_like(z))
+
+
+def advance(rule: StepRule, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    """Steps 4-6 of the sampler after the model call, for every slot at once: the proposals, the freeze decision
+    (δ per state, k*, the recurrence budget), growth by h states, the window's move.
+
+    Args: the state (:func:`state_names`); ``ptr`` (4, B, 1) (:data:`PTR`); the model's states ``z`` (B, T, E), with
+    momentum the embeddings ``e`` it used, ``logits`` (B, T, V); the row numbers ``rows`` (1, T) (0 … T-1),
+    ``rows_next`` (1, T) (1 … T) and ``rows_g`` (1, Tg) (0 … Tg-1: the grown window, Tg > T or Tg = T = the window);
+    the rule's extras: sampled proposals, new states' noise. Returns the new state (the window buffers as their first
+    Tg rows), the read-back ``(B, k)`` (:data:`READ`) and, with adaptive freezing, δ ``(B, T)`` (for traces). Every
+    returned tensor is new."""
+    names = state_names(rule)
+    s = dict(zip(names, args))
+    ptr, z, *rest = args[len(names):]
+    e = rest.pop(0) if rule.eta > 0 else None
+    logits, rows, rows_next, rows_g, *rest = rest
+    new = logits.argmax(-1) if rule.greedy else rest.pop(0)  # (B, T): proposals for tokens start+1 … start+T
+    grow_noise = rest.pop(0) if rule.noise else None
+    T = z.shape[1]
+    start, W, h, lag = ptr.unbind(0)  # (B, 1) each
+    valid = rows < W  # (B, T): the states refined this step
+    out: dict[str, Tensor] = {}
+
+    # 4. the proposals replace the tokens they predict, counted as unchanged where equal (a token is compared where a
+    # state consumed it: rows < W-1)
+    tpos = start + rows_next
+    old = s["seq"].gather(1, tpos)
+    tok = torch.where(valid, new, old)
+    seq = s["seq"].scatter(1, tpos, tok)
+    if rule.pad_id is not None and rule.headway > 1:  # the extras after the first new position hold pad_id
+        extra = rows_g[:, : rule.headway - 1]
+        at = start + W + 1 + extra
+        seq = seq.scatter(1, at, torch.where(extra < h - 1, rule.pad_id, seq.gather(1, at)))
+    out["seq"] = seq
+    out["unchanged"] = s["unchanged"].scatter_add(1, tpos, ((old == new) & (rows_next < W)).long())
+
+    # 6a. convergence: δ = ‖z − z_prev‖/‖z‖ per valid state against its stored value (reference rule: the row `lag`
+    # further, as the authors' code indexes the states it kept from the old start); k* by the freeze rule
+    delta = None
+    if rule.adaptive:
+        if rule.reference:
+            src = (rows + lag).clamp(max=s["z"].shape[1] - 1)
+            prev = s["z"].gather(1, src[..., None].expand(-1, -1, z.shape[-1]))
+            compared = rows < W - lag
+        else:
+            prev, compared = s["z"][:, :T], valid
+        delta = _relative_change(z, prev)  # (B, T)
+        below = (delta < rule.epsilon) & compared
+        if rule.prefix:  # eq. (conv): the leading run of converged states
+            n_conv = below.cumprod(1).sum(1, keepdim=True)
+        else:  # Algorithm 2's wording: up to the last converged state
+            n_conv = (below * rows_next).amax(1, keepdim=True)
+        # paper: the converged states leave, each freezing the token it predicts; reference: the last converged state
+        # stays, and only the token it consumes freezes
+        shift = (n_conv - 1).clamp(min=0) if rule.reference else n_conv
+    else:
+        shift = torch.zeros_like(W)
+
+    # 6b. the states' sampler recurrences; the recurrence budget: states with r_freeze leave (the oldest first, so a
+    # prefix)
+    if rule.ages:
+        age = s["age"][:, :T] + rule.r_inner
+        if rule.r_freeze is not None:
+            shift = torch.maximum(shift, ((age >= rule.r_freeze) & valid).sum(1, keepdim=True))
+
+    # 5./6c. the window moves by `shift` rows and grows: new row t is the refined state of row t + shift where that is
+    # valid, else a grown state: InitState(α) (zeros at α = 0), or under continuous compute the state h rows to the
+    # left of it (where there is one). Rows past the grown front take the same values (nothing reads them). A
+    # wavefront that froze whole (possible only without growth) restarts with one state after the new token: zeros,
+    # or with α > 0 its InitState, which the host writes before the next step
+    source = rows_g + shift  # (B, Tg): the row each new row comes from
+    kept = source < W
+    at = source.clamp(max=T - 1)
+    idx = at[..., None].expand(-1, -1, z.shape[-1])
+    fresh: Tensor | float = _rows_at(grow_noise, source, W).to(z.dtype) if rule.noise else 0.0
+    if rule.continuous:
+        left = z.gather(1, (source - h).clamp(0, T - 1)[..., None].expand(-1, -1, z.shape[-1]))
+        fresh = torch.where((W >= h)[..., None], left, fresh)
+    kept3 = kept[..., None]
+    z_next = torch.where(kept3, z.gather(1, idx), fresh)
+    if rule.continuous:
+        z_next = torch.where(((shift == W + h) & (rows_g == 0))[..., None], 0.0, z_next)
+    out["z"] = z_next
+    if rule.eta > 0:  # η·e of this step's valid rows (zero elsewhere): the next step's momentum term
+        out["e"] = torch.where(kept3, (rule.eta * e).gather(1, idx), 0.0)
+    if rule.ages:
+        out["age"] = torch.where(kept, age.gather(1, at), 0)
+
+    read = torch.cat([shift, tok], 1) if rule.tokens else torch.cat([shift], 1)
+    res = (*(out[k] for k in names), read)
+    return res if delta is None else (*res, delta)
+
+
+def _relative_change(new: Tensor, old: Tensor) -> Tensor:
+    """δ = ‖new − old‖ / ‖new‖ per row, in float32 (:func:`recdiff.model.relative_change`, without its conversions
+    where the states are float32 already)."""
+    if new.dtype != torch.float32:
+        new, old = new.float(), old.float()
+    return (new - old).norm(dim=-1) / new.norm(dim=-1)
+
+
+def _rows_at(src: Tensor, rows: Tensor, first: Tensor) -> Tensor:
+    """``out[b, t] = src[b, rows[b, t] - first[b]]`` (clamped to ``src``'s rows), ``first`` (B, 1)."""
+    idx = (rows - first).clamp(0, src.shape[1] - 1)
+    return src.gather(1, idx[..., None].expand(-1, -1, src.shape[-1]))
