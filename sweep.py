@@ -43,29 +43,30 @@ def main(cfg: DictConfig) -> tuple[float, float] | None:
 
 
 def print_speedup_table(root: Path, identities: list[Any]) -> None:
-    """The study's COMPLETE trials of the sweep's identities, relative to static AR at r=32: accuracy with its
-    interval, tokens/s, speed-up and accuracy change in points (``analysis.tables.speedup_table``, the numbers of the
-    report and Table 1). Nothing when the sweep recorded no identity; a table that cannot be made is one line on
-    stderr, never a failed sweep (the trials are recorded; only the summary is missing)."""
+    """The study's COMPLETE trials of the sweep's identities, relative to the study's reference (``run.reference``,
+    static AR at r=32 by default): accuracy, tokens/s, the paired speed-up and the accuracy change in points, each with
+    its 95% interval (``analysis.tables.speedup_table``, the numbers of the report and Table 1). Nothing when the
+    sweep recorded no identity; a table that cannot be made is one line on stderr, never a failed sweep (the trials
+    are recorded; only the summary is missing)."""
     if not identities or not (root / "study.json").is_file():
         return
     try:
         import polars as pl
 
         from analysis.load import load_trials
-        from analysis.tables import format_speedup, speedup_table
+        from analysis.tables import format_speedup, reference_label, speedup_table
         from recdiff.study.identity import key
 
         df = load_trials(root)
         df = df.filter(pl.col("identity").is_in([key(i) for i in identities]))
         table = speedup_table(df)
-        name = df["study"][0]
-        text = format_speedup(table)
+        name, reference = df["study"][0], reference_label(df)
+        text = format_speedup(table, reference=reference)
     except Exception as exc:  # noqa: BLE001
         print(f"speed-up table: not shown ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})",
               file=sys.stderr, flush=True)
         return
-    print(f"\nstudy {name}: {table.height} trials, relative to static AR (r=32)\n{text}", flush=True)
+    print(f"\nstudy {name}: {table.height} trials, relative to {reference}\n{text}", flush=True)
 
 
 def with_search_path(argv: list[str]) -> list[str]:

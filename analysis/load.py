@@ -20,6 +20,7 @@ import polars as pl
 
 from analysis.labels import OBJECTIVES, SAMPLER_KEYS
 from recdiff.errors import RecdiffError
+from recdiff.params import SAMPLER_PARAMS, parse_sampler, sampler_text
 from recdiff.study.identity import differences, trial_identity
 from recdiff.study.identity import key as identity_key
 from recdiff.study.journal import JournalFile, replayed
@@ -36,6 +37,9 @@ TIMING_COLUMNS: tuple[str, ...] = (
     "tokens_per_s_lo", "tokens_per_s_hi", "speedup", "speedup_lo", "speedup_hi", "reference_tokens_per_s",
     "timing_rounds", "threads",
 )
+# The study's reference (`run.reference`, one line: "static r=32") and whether the trial's sampler is it; null
+# without a recorded config.
+REFERENCE_COLUMNS: tuple[str, ...] = ("speed_reference", "is_reference")
 TRACE_KEYS: tuple[str, ...] = ("tokens", "frozen", "counter", "delta", "prompt_len", "text_ids", "text")
 _URL_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "oracle", "mssql")
 
@@ -165,6 +169,31 @@ def _sub_name(cfg: Mapping, key: str) -> Any:
     return sub.get("name") if isinstance(sub, Mapping) else sub
 
 
+def reference_of(config: Mapping) -> tuple[str | None, bool | None]:
+    """(the reference the trial was timed against, in its one-line form; whether the trial's sampler is that
+    reference). A config recorded before `run.reference` existed was compared with the default, static AR at r=32;
+    (None, None) without a recorded config, (reference, None) for a sampler this version cannot read."""
+    from recdiff.schema import DEFAULT_REFERENCE
+
+    sampler = config.get("sampler")
+    if not isinstance(sampler, Mapping):
+        return None, None
+    text = (config.get("run") or {}).get("reference") or DEFAULT_REFERENCE
+    try:
+        ref = sampler_text(parse_sampler(text))
+    except RecdiffError:
+        return str(text), None
+    cls = SAMPLER_PARAMS.get(str(sampler.get("name")))
+    if cls is None:
+        return ref, None
+    known = {f.name for f in cls.declared()}
+    try:
+        mine = cls(**{k: v for k, v in sampler.items() if k in known})
+    except (RecdiffError, TypeError, ValueError):
+        return ref, None
+    return ref, sampler_text(mine) == ref
+
+
 def _row(number: int, state: str, params: Mapping, values: Mapping, attrs: Mapping,
          root: Path | None, study: str) -> dict[str, Any]:
     cfg = attrs.get("config") or {}
@@ -193,6 +222,7 @@ def _row(number: int, state: str, params: Mapping, values: Mapping, attrs: Mappi
     row["trace_paths"] = [_resolve_path(p, bases) for p in (attrs.get("trace_paths") or [])]
     row["fail_reason"] = attrs.get("fail_reason")
     row["baseline"] = bool(attrs.get("baseline", False))   # recorded by study.baselines (recdiff.study.baselines)
+    row["speed_reference"], row["is_reference"] = reference_of(cfg)
     identity = trial_identity(attrs)
     row["identity"] = identity_key(identity) if identity is not None else None
     return row
@@ -216,20 +246,21 @@ def _column(name: str, values: list[Any]) -> pl.Series:
 
 _NULL_DTYPES: dict[str, pl.DataType] = {
     **dict.fromkeys(("study", "state", "sampler", "benchmark", "model", "beta_schedule", "freeze", "kv_cache",
-                     "output_dir", "samples_path", "fail_reason", "identity"), pl.String()),
+                     "output_dir", "samples_path", "fail_reason", "identity", "speed_reference"), pl.String()),
     **dict.fromkeys(("r_inner", "wavefront", "headway", "r", "r_draft", "lookahead", "max_steps", "n_samples",
                      "peak_memory_bytes", "kv_cache_bytes", "timing_rounds", "threads"), pl.Int64()),
     **dict.fromkeys(("beta", "eta", "epsilon", "init_scale", "accuracy", "tokens_per_s", "accuracy_low",
                      "accuracy_high", "core_passes_per_token", "duration_s", "tokens_per_s_lo", "tokens_per_s_hi",
                      "speedup", "speedup_lo", "speedup_hi", "reference_tokens_per_s"), pl.Float64()),
-    "continuous_compute": pl.Boolean(), "baseline": pl.Boolean(), "trace_paths": pl.List(pl.String()),
+    "continuous_compute": pl.Boolean(), "baseline": pl.Boolean(), "is_reference": pl.Boolean(),
+    "trace_paths": pl.List(pl.String()),
 }
 
 
 def _frame(rows: list[dict[str, Any]], objectives: Iterable[str]) -> pl.DataFrame:
     head = ["study", "number", "state", "sampler", "benchmark", "model", *SAMPLER_KEYS]
     tail = [*objectives, "accuracy_low", "accuracy_high", *TIMING_COLUMNS, *ATTR_COLUMNS[2:], "fail_reason",
-            "baseline", "identity"]
+            "baseline", *REFERENCE_COLUMNS, "identity"]
     seen = dict.fromkeys(head)
     for row in rows:
         seen.update(dict.fromkeys(k for k in row if k not in tail))

@@ -33,6 +33,7 @@ from typing import Any
 import polars as pl
 
 from analysis.claims import CLAIMS, Claim, Verdict, count_outcomes, judge_all
+from analysis.tables import PAPER_REFERENCE, reference_label
 from recdiff.errors import RecdiffError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,10 +46,12 @@ EMBEDDED = ("model=embedded", "benchmark=compose")
 
 @dataclass(frozen=True)
 class Scale:
-    """How big a run is: the benchmark slice, the problems timed for tokens/s, how many values of each swept
-    parameter are kept (None: all, as the recipe lists them) and the size of the NSGA-II search."""
+    """How big a run is: the benchmark slice, the problems timed for tokens/s and the rounds of their paired timing
+    (``run.repeats``), how many values of each swept parameter are kept (None: all, as the recipe lists them) and the
+    size of the NSGA-II search."""
     limit: int
     speed_samples: int
+    repeats: int
     max_values: int | None
     search_trials: int
     population: int
@@ -60,10 +63,13 @@ class Scale:
 
 
 SCALES: dict[str, Scale] = {
-    "smoke": Scale(limit=8, speed_samples=1, max_values=2, search_trials=2, population=2, minutes=3,  # tests
+    "smoke": Scale(limit=8, speed_samples=1, repeats=2, max_values=2, search_trials=2, population=2, minutes=3,  # tests
                    trial_timeout_s=120),
-    "ci": Scale(limit=40, speed_samples=4, max_values=3, search_trials=8, population=4, minutes=10, trial_timeout_s=300),
-    "full": Scale(limit=200, speed_samples=16, max_values=None, search_trials=32, population=8, minutes=60,
+    # ci: speed_samples × repeats paired cells per trial narrow the speed-up's interval to a few per cent (the
+    # report states how wide), enough to decide most speed checks, in ≤ 15 minutes on 2 CPU cores
+    "ci": Scale(limit=40, speed_samples=2, repeats=3, max_values=3, search_trials=8, population=4, minutes=15,
+                trial_timeout_s=300),
+    "full": Scale(limit=200, speed_samples=16, repeats=5, max_values=None, search_trials=32, population=8, minutes=60,
                   trial_timeout_s=600),
 }
 
@@ -145,7 +151,8 @@ def sweep_command(recipe: Recipe, scale: Scale, scale_name: str, out: Path,
     if not recipe.search:
         args.append("-m")
     args += [f"sweeps={recipe.name}", *EMBEDDED, f"benchmark.limit={scale.limit}",
-             f"run.speed_samples={scale.speed_samples}", f"run.timeout_s={scale.trial_timeout_s}", "run.progress=false",
+             f"run.speed_samples={scale.speed_samples}", f"run.repeats={scale.repeats}",
+             f"run.timeout_s={scale.trial_timeout_s}", "run.progress=false",
              f"study.name={study}", f"study.storage={out / 'optuna' / 'journal.log'}",
              f"study.artifact_dir={out / 'optuna' / 'artifacts'}"]
     if recipe.search:
@@ -267,9 +274,20 @@ def _speed_width(trials: dict[str, pl.DataFrame]) -> str:
                 "same rounds): every check of a speed is inconclusive.")
     tps = float((50 * (df["tokens_per_s_hi"] - df["tokens_per_s_lo"]) / df["tokens_per_s"]).median())
     sp = float((50 * (df["speedup_hi"] - df["speedup_lo"]) / df["speedup"]).median())
+    refs = [d.select("speed_reference") for d in trials.values() if "speed_reference" in d.columns]
+    reference = _reference_of(pl.concat(refs, how="vertical_relaxed") if refs else None)
     return (f"Speed is timed in {int(df['timing_rounds'].median())} rounds alternating each trial's sampler with "
-            f"static AR (r=32) on the same problems: the 95% intervals are about ±{tps:.0f}% for tokens/s and ±{sp:.0f}% "
-            "for the paired speed-up (median over the trials).")
+            f"{reference} on the same problems: the 95% intervals are about ±{tps:.1f}% for tokens/s and "
+            f"±{sp:.1f}% for the paired speed-up (median over the trials; widest ±{_widest(df):.1f}%).")
+
+
+def _widest(df: pl.DataFrame) -> float:
+    """The widest paired speed-up interval's half-width among the trials, in % of the speed-up."""
+    return float((50 * (df["speedup_hi"] - df["speedup_lo"]) / df["speedup"]).max())
+
+
+def _reference_of(df: pl.DataFrame | None) -> str:
+    return reference_label(df) if df is not None else PAPER_REFERENCE
 
 
 def _figure_link(out: Path, claim: Claim) -> str | None:
@@ -284,7 +302,8 @@ def write_report_md(out: Path, scale_name: str, runs: list[dict], verdicts: list
           f"`python -m analysis paper --scale {scale_name}"
           f"{''.join(f' --override {o}' for o in overrides)}`: every recipe in `sweeps/` run with "
           f"`{' '.join(EMBEDDED)}` at benchmark.limit={SCALES[scale_name].limit} "
-          f"(tokens/s: median over {SCALES[scale_name].speed_samples} problems at batch 1), "
+          f"(tokens/s: median over {SCALES[scale_name].speed_samples} problems × {SCALES[scale_name].repeats} "
+          "rounds at batch 1), "
           f"in {seconds / 60:.1f} min on {platform.node() or 'this machine'} ({os.cpu_count()} CPUs).", ""]
     if n is not None:
         md += [f"Accuracy is measured on {n} problems per trial: its 95% intervals are about ±{half:.1f} points, so "
@@ -316,7 +335,8 @@ def write_report_md(out: Path, scale_name: str, runs: list[dict], verdicts: list
         md += ["", "## Table 1", "", table1.read_text()]
     speed = out / "figures" / "pareto_r_inner_beta" / "speedup.md"
     if speed.is_file():
-        md += ["", "## Relative to static AR (r=32): the (r′, β_t) grid", "", speed.read_text()]
+        md += ["", f"## Relative to {_reference_of(trials.get('pareto_r_inner_beta'))}: the (r′, β_t) grid", "",
+               speed.read_text()]
     md += ["", "## Figures", ""]
     for claim, v in verdicts:
         link = _figure_link(out, claim)

@@ -1,5 +1,5 @@
-"""`write_report`: every applicable figure, Table 1, the speed-up table (every trial relative to static AR at r=32),
-tidy data and `report.md` for one study."""
+"""`write_report`: every applicable figure, Table 1, the speed-up table (every trial relative to the study's reference,
+static AR at r=32 by default), tidy data and `report.md` for one study."""
 from __future__ import annotations
 
 import sys
@@ -16,7 +16,7 @@ from analysis import plots, trace_plots
 from analysis.labels import OBJECTIVES, SAMPLER_KEYS, benchmark_name, label, setting
 from analysis.load import check_identities, load_samples, load_trials, resolve, study_name_of
 from analysis.pareto import hypervolume_interval, knee, noisy_pareto_front, pareto_front
-from analysis.tables import format_speedup, sampler_table, speedup_table
+from analysis.tables import format_speedup, reference_label, sampler_table, speedup_table
 from recdiff.errors import RecdiffError
 from recdiff.params import SAMPLER_PARAMS
 
@@ -252,8 +252,9 @@ def _summary(df: pl.DataFrame, name: str, source: Any, figures: list[tuple[str, 
         md += [_md_frame(front.with_columns(pl.col("number").is_in(measured["number"].to_list()).alias("measured front"))
                          .select([*shown, "measured front"])), ""]
     if speedup_md:
-        md += ["## Relative to static AR (r=32)", "",
-               "Every complete trial: speed-up = its paired speed-up, timed against static AR (r=32) in the same rounds "
+        ref = reference_label(df)
+        md += [f"## Relative to {ref}", "",
+               f"Every complete trial: speed-up = its paired speed-up, timed against {ref} in the same rounds "
                "(`unpaired` for a trial recorded before paired timing: tokens/s measured at different times are not "
                "divided), Δacc = accuracy change in points; each with its 95% interval (the numbers the sweep prints "
                "at its end).", "", speedup_md, ""]
@@ -329,9 +330,9 @@ def write_report(source: Any, out_dir: str | Path | None = None, *, study_name: 
     else:
         if not speedup["paired"].any() and speedup["delta_accuracy"].null_count() == speedup.height:
             speedup = None
-            say("speedup: skipped (no paired speed-up and no static AR r=32 trial to compare with)")
+            say("speedup: skipped (no paired speed-up and no reference trial to compare with)")
     if speedup is not None:
-        speedup_md = format_speedup(speedup, markdown=True)
+        speedup_md = format_speedup(speedup, markdown=True, reference=reference_label(df))
         (out / "speedup.md").write_text(speedup_md)
         speedup.write_csv(out / "speedup.csv")
         written += [out / "speedup.md", out / "speedup.csv"]

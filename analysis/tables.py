@@ -15,6 +15,7 @@ from analysis.pareto import pareto_mask
 from recdiff.errors import RecdiffError
 
 REFERENCE_R = 32
+PAPER_REFERENCE = "Static AR (r=32)"   # the paper's reference, as `reference_label` names it
 _SECTION = {"static": 1, "adaptive": 2, "speculative": 2, "diffusion": 3}
 
 
@@ -53,6 +54,7 @@ class SamplerTable:
     benchmarks: list[str]
     rows: list[Row]
     relative: list[tuple[Row, dict[str, Relative]]] = field(default_factory=list)
+    reference: str = PAPER_REFERENCE      # what the relative rows are against (`reference_label`)
 
     def to_frame(self) -> pl.DataFrame:
         """Tidy form: one row per (sampler setting, benchmark)."""
@@ -63,7 +65,10 @@ class SamplerTable:
         return pl.DataFrame(recs, schema=schema)
 
     def _relative_label(self, row: Row, tex: bool) -> str:
-        base = "Relative Diff to AR ({\\tiny$r=32$})" if tex else f"Relative Diff to AR (r={REFERENCE_R})"
+        if self.reference != PAPER_REFERENCE:
+            base = f"Relative Diff to {_tex_escape(self.reference) if tex else self.reference}"
+        else:
+            base = "Relative Diff to AR ({\\tiny$r=32$})" if tex else f"Relative Diff to AR (r={REFERENCE_R})"
         if len(self.relative) == 1:
             return base
         return f"{base}: {row.latex_label if tex else row.label}"
@@ -191,13 +196,15 @@ def sampler_table(df: pl.DataFrame, benchmarks: list[str] | None = None, relativ
     static_keys = ["r"] if "r" in df.columns else []
     static_keys += [k for k in _varying(static_df) if k != "r"]
     static = _rows_for(df, "static", static_keys, benchmarks)
-    # The reference is static AR at r=32 as `reference_trials` picks it (the speed-up table's reference too).
-    ref_trials = reference_trials(static_df)
-    for r in static:
-        if not ref_trials.is_empty() and all(
-                ref_trials[k].unique().to_list() == [v] for k, v in r.settings.items() if k in ref_trials.columns):
-            r.reference = True
-            break
+    # The reference row: its trials are the reference as `reference_trials` picks it (the speed-up table's too).
+    ref_numbers = set(reference_trials(df)["number"].to_list())
+
+    def mark(rows: list[Row]) -> list[Row]:
+        for r in rows:
+            numbers = {n for ns in r.numbers.values() for n in ns}
+            r.reference = bool(numbers) and numbers <= ref_numbers
+        return rows
+    mark(static)
     static.sort(key=lambda r: (not r.reference, r.settings.get("r") is None, r.settings.get("r") or 0))
     rows = static
     for name in ("adaptive", "speculative"):
@@ -216,8 +223,9 @@ def sampler_table(df: pl.DataFrame, benchmarks: list[str] | None = None, relativ
         diffusion = sorted(diffusion, key=_mean_acc, reverse=True)[:max_diffusion_rows]
         diffusion.sort(key=lambda r: tuple((v is None, v) for v in r.settings.values()))
     rows += diffusion
+    mark(rows).sort(key=lambda r: not r.reference)   # stable: the reference first, the sections as they were
 
-    table = SamplerTable(benchmarks, rows)
+    table = SamplerTable(benchmarks, rows, reference=reference_label(df))
     ref = next((r for r in rows if r.reference), None)
     if ref is None or not diffusion or relative == "none":
         return table
@@ -256,7 +264,11 @@ REFERENCE_SETTINGS: dict[str, Any] = {"kv_cache": "shared", "init_scale": 0.0}
 
 
 def reference_trials(df: pl.DataFrame) -> pl.DataFrame:
-    """The trials of `df` that are the reference point, static AR at r=32 (empty when there is none)."""
+    """The trials of `df` that are the reference point (empty when there is none): those whose sampler is the study's
+    reference as their config records it (`run.reference`, column `is_reference`: static AR at r=32 unless the study
+    named another); for trials without a recorded config, static AR at r=32 picked by its settings."""
+    if "is_reference" in df.columns and df["is_reference"].drop_nulls().len():
+        return df.filter(pl.col("is_reference").fill_null(False))
     if "sampler" not in df.columns or "r" not in df.columns:
         return df.clear()
     ref = df.filter((pl.col("sampler") == "static") & (pl.col("r") == REFERENCE_R))
@@ -270,6 +282,31 @@ def reference_trials(df: pl.DataFrame) -> pl.DataFrame:
             common = ref[key].drop_nulls().value_counts(sort=True)[key][0]
             ref = ref.filter(pl.col(key) == common)
     return ref
+
+
+def reference_label(df: pl.DataFrame) -> str:
+    """What the trials of `df` were timed against, as tables and headers name it: "Static AR (r=32)" by default,
+    else the study's `run.reference` ("Diff. Sampler (r′=8)"); several references read "their references"."""
+    from recdiff.params import parse_sampler
+    from recdiff.schema import DEFAULT_REFERENCE
+
+    texts = df["speed_reference"].drop_nulls().unique().to_list() if "speed_reference" in df.columns else []
+    if len(texts) > 1:
+        return "their references"
+    try:
+        params = parse_sampler(texts[0] if texts else DEFAULT_REFERENCE)
+    except RecdiffError:
+        return str(texts[0])
+    defaults = {k: d for k, (d, _) in params.spec().items()}
+    shown = [setting(k, v) for k, v in params.params().items()
+             if v != defaults[k] or (params.name == "static" and k == "r")]
+    name = SAMPLER_NAMES.get(params.name, params.name)
+    return f"{name} ({', '.join(shown)})" if shown else name
+
+
+def is_paper_reference(df: pl.DataFrame) -> bool:
+    """Whether the trials were timed against the paper's reference, static AR at r=32."""
+    return reference_label(df) == PAPER_REFERENCE
 
 
 def delta_accuracy(acc: Est, ref: Est) -> Est:
@@ -365,11 +402,12 @@ def _interval_text(value: float, lo: float | None, hi: float | None, spec: str, 
     return text if lo is None or hi is None else f"{text} [{lo:{spec}}, {hi:{spec}}]"
 
 
-def format_speedup(table: pl.DataFrame, markdown: bool = False) -> str:
+def format_speedup(table: pl.DataFrame, markdown: bool = False, reference: str = PAPER_REFERENCE) -> str:
     """The speed-up table as aligned text (the sweep's closing print) or Markdown (the report). Columns are separated
-    by at least two spaces (a cell holds single spaces only); an unpaired speed-up reads `unpaired`."""
+    by at least two spaces (a cell holds single spaces only); an unpaired speed-up reads `unpaired`. `reference`: what
+    the speed-ups are against (`reference_label` of the trials)."""
     head = ["trial", "sampler", "accuracy [95% CI]", "tokens/s [95% CI]",
-            f"speed-up vs static r={REFERENCE_R} [95% CI]", "Δacc (pts) [95% CI]"]
+            f"speed-up vs {reference} [95% CI]", "Δacc (pts) [95% CI]"]
     benches = table["benchmark"].unique(maintain_order=True).to_list()
     if len(benches) > 1:
         head.insert(1, "benchmark")

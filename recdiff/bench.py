@@ -16,7 +16,8 @@ For each model and sampler, three ways of running by default, side by side in on
 
 Warm-up (compilation, graph capture, allocations) is excluded: compiled modes run the timed work once before
 timing it; timers synchronise the device. Also printed: core
-passes per token, the diffusion/static-AR (r=32) ratio in each mode next to the ideal (r+1)/(r'+1), and the
+passes per token, the diffusion/static-AR (r=32) ratio in each mode next to the ideal (r+1)/(r'+1) (batch-1: the
+paired speed-up with its 95% interval, timed as a sweep's trial times it, :func:`recdiff.timing.paired_timing`), and the
 KV-cache memory of both cache policies at the same length. And what each mode pays per core row·recurrence (one
 position through one recurrence: wall time over the results' ``tokens_forward``) next to the weight products of one
 recurrence alone at 1 to 256 rows (:func:`product_floor`): how far a mode is from what this machine's matrix
@@ -61,7 +62,7 @@ from recdiff.model import RecurrentDepthModel
 from recdiff.samplers.ar import ARBatch
 from recdiff.samplers.diffusion import DiffusionBatch
 from recdiff.samplers.speculative import SpeculativeBatch
-from recdiff.timing import Timer
+from recdiff.timing import PairedTiming, Timer, paired_timing
 
 EMBEDDED = Path(__file__).parent / "assets" / "embedded"
 
@@ -254,6 +255,38 @@ def run(model: RecurrentDepthModel, prompts: list[list[int]], sampler: str, para
     return out
 
 
+def _rounds(text: str) -> int:
+    """``--repeats``: an interval needs two rounds."""
+    if not text.isdigit() or int(text) < 2:
+        raise argparse.ArgumentTypeError(f"{text!r} must be an integer >= 2")
+    return int(text)
+
+
+def paired_ratio(model: RecurrentDepthModel, prompts: list[list[int]], sampler: str, params: dict, max_new: int,
+                 mode: str, repeats: int, warmup: int) -> PairedTiming:
+    """Batch-1 speed-up of ``sampler`` over static r=32 in ``mode``, timed as a sweep's trial times it
+    (:func:`recdiff.timing.paired_timing`: the two alternate on the same prompts, in rounds), so that a load that
+    comes and goes between two separately timed rows does not enter the ratio."""
+    set_compile(model, mode != "batch-1 eager")
+    kw = dict(max_new_tokens=max_new, stop_token_ids=[])
+
+    def alone(name: str, p: dict) -> Any:
+        return lambda i: len(generate(model, prompts[i], name, **kw, **p).tokens)
+    return paired_timing(alone(sampler, params), alone("static", {"r": 32}), len(prompts), rounds=repeats,
+                         warmup=warmup, device=model.device)
+
+
+def ratio(model: RecurrentDepthModel, prompts: list[list[int]], label: str, results: dict[str, dict[str, dict]],
+          mode: str, args: argparse.Namespace) -> str:
+    """One mode's ratio of ``label`` to static r=32: batch-1 paired, with its 95% interval; batch-B (a throughput)
+    the two rows' tokens/s divided."""
+    if mode.startswith("batch-1"):
+        _, sampler, params = next(s for s in SAMPLERS if s[0] == label)
+        t = paired_ratio(model, prompts, sampler, params, args.max_new_tokens, mode, args.repeats, args.warmup)
+        return f"{mode}: {t.speedup:.2f}x [{t.speedup_lo:.2f}, {t.speedup_hi:.2f}]"
+    return f"{mode}: {results[label][mode]['tok_s'] / results['static r=32'][mode]['tok_s']:.2f}x"
+
+
 def print_profile(results: dict[str, dict[str, dict]], modes: list[str], n_prompts: int) -> None:
     """The step profile of every sampler and mode, and the bookkeeping-free bound of batch-1 eager diffusion."""
     print("step profile (every run above was timed under it): a step is one sampler step over the occupied slots "
@@ -331,6 +364,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default=None, choices=[None, "float32", "bfloat16"])
     ap.add_argument("--prompts", type=int, default=5, help="prompts timed one at a time (batch-1 modes)")
+    ap.add_argument("--repeats", type=_rounds, default=3, help="rounds of the paired batch-1 ratio to static r=32")
     ap.add_argument("--batch", type=int, default=32, help="B of the batch-B mode, which runs 2·B prompts")
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--max-new-tokens", type=int, default=64)
@@ -405,8 +439,7 @@ def main(argv: list[str] | None = None) -> None:
         if "static r=32" in results:
             for label in ("diffusion defaults", "diffusion fixed r'=4"):
                 if label in results:
-                    ratios = "  ".join(f"{m}: {results[label][m]['tok_s'] / results['static r=32'][m]['tok_s']:.2f}x"
-                                       for m in modes)
+                    ratios = "  ".join(ratio(model, prompts, label, results, m, args) for m in modes)
                     print(f"ratio {label} / static r=32 — {ratios} (ideal (r+1)/(r'+1) = {33 / 5:.2f}x)")
             if len(modes) > 1:
                 for label in ("static r=32", "diffusion defaults", "diffusion fixed r'=4"):

@@ -324,6 +324,39 @@ SAMPLER_PARAMS: dict[str, type[SamplerParams]] = {
 }
 
 
+def parse_sampler(text: str) -> SamplerParams:
+    """A sampler and its settings written as one line, ``"<sampler> <setting>=<value> ..."`` (``"static r=32"``,
+    ``"diffusion r_inner=8 epsilon=0.01"``; values read as YAML), every setting not given at the sampler's default.
+    A mistake is one :class:`RecdiffError` line."""
+    import yaml
+
+    name, *pairs = str(text).split() or [""]
+    if name not in SAMPLER_PARAMS:
+        raise RecdiffError(f"{text!r} must start with a sampler ({', '.join(SAMPLER_PARAMS)})")
+    cls = SAMPLER_PARAMS[name]
+    known = [f.name for f in cls.declared()]
+    settings: dict[str, Any] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or key not in known:
+            raise RecdiffError(f"{pair!r} is not <setting>=<value> of the {name} sampler (it has {', '.join(known)})")
+        settings[key] = yaml.safe_load(value) if value else None
+    params = cls(**settings)
+    complaint = params.complaint()
+    if complaint:
+        raise RecdiffError(complaint)
+    return params
+
+
+def sampler_text(params: SamplerParams) -> str:
+    """The one-line form :func:`parse_sampler` reads: the sampler and the settings that differ from its defaults (the
+    static sampler's depth ``r`` always), in declaration order."""
+    shown = [f"{f.name}={_plain(getattr(params, f.name))}" for f in params.declared()
+             if getattr(params, f.name) != f.default or (params.name == "static" and f.name == "r")]
+    text = " ".join([params.name, *shown])
+    return text.replace("=None", "=null").replace("=True", "=true").replace("=False", "=false")
+
+
 def declarations() -> dict[str, Param]:
     """Every parameter by key, as declared once (before a sampler narrows it); the diffusion sampler's first."""
     return {f.name: f.metadata["declaration"] for cls in reversed(SAMPLER_PARAMS.values()) for f in cls.declared()}

@@ -25,7 +25,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from recdiff.errors import RecdiffError
 from recdiff.checks import is_int, temperature, top_p
-from recdiff.params import SAMPLER_PARAMS, ParamSpace, ParamType, SamplerParams, default_space
+from recdiff.params import SAMPLER_PARAMS, ParamSpace, ParamType, SamplerParams, default_space, parse_sampler
 
 
 class Mode(str, Enum):
@@ -119,6 +119,22 @@ class StudyConfig:
 
 
 # ------------------------------------------------------------------------------------------------- run
+# The sampler every trial's speed-up is timed against (recdiff/trial/measure.py): static AR at r=32, the paper's.
+DEFAULT_REFERENCE = "static r=32"
+# Torch threads while timing batch 1: a tiny model gains nothing from a second thread, and a second thread beside a
+# busy process collapses (OpenMP spin-waits; docs/speed.md, "Threads while timing").
+DEFAULT_TIMING_THREADS = 1
+
+
+def reference_sampler(reference: str) -> SamplerParams:
+    """The sampler settings ``run.reference`` names (:func:`recdiff.params.parse_sampler`), or one
+    :class:`RecdiffError` line."""
+    try:
+        return parse_sampler(reference)
+    except RecdiffError as err:
+        raise RecdiffError(f"run.reference={reference!r}: {err} (e.g. \"run.reference='static r=32'\")") from None
+
+
 @dataclass
 class RunConfig:
     """How a trial generates and measures: the same rules as ``recdiff.generate``, and the runner's own."""
@@ -128,7 +144,10 @@ class RunConfig:
     top_p: float = 1.0
     seed: int = 0
     batch_size: Optional[int] = None      # sequences decoded side by side for accuracy (null = per-device default)
-    speed_samples: int = 16               # problems timed one at a time (batch 1) for tokens_per_s
+    speed_samples: int = 3                # problems timed one at a time (batch 1), in run.repeats rounds
+    repeats: int = 3                      # rounds of paired timing: each timed problem, sampler then reference
+    reference: str = DEFAULT_REFERENCE    # the sampler every speed-up is timed against, in the same rounds
+    timing_threads: Optional[int] = DEFAULT_TIMING_THREADS   # torch threads while timing (null = the job's threads)
     warmup: int = 1                       # untimed generate calls before measuring
     n_traces: int = 2                     # samples whose diffusion trace is saved (stability pictures)
     timeout_s: Optional[float] = None     # per trial; the trial is FAIL when it runs longer
@@ -153,6 +172,16 @@ class RunConfig:
             raise RecdiffError(f"run.speed_samples={self.speed_samples!r} must be >= 1")
         if self.threads is not None and self.threads < 1:
             raise RecdiffError(f"run.threads={self.threads!r} must be >= 1 (or null: the job's share of the cores)")
+        if not is_int(self.repeats) or self.repeats < 2:
+            raise RecdiffError(f"run.repeats={self.repeats!r} must be an integer >= 2 (rounds of paired timing; "
+                               "an interval needs two)")
+        if self.timing_threads is not None and self.timing_threads < 1:
+            raise RecdiffError(f"run.timing_threads={self.timing_threads!r} must be >= 1 (or null: the job's threads)")
+        self.reference_sampler()
+
+    def reference_sampler(self) -> SamplerParams:
+        """The reference every trial is timed against (``run.reference``), as sampler settings."""
+        return reference_sampler(self.reference)
 
 
 @dataclass(frozen=True)

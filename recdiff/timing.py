@@ -15,7 +15,8 @@ import resource
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,6 +133,19 @@ def _reference_rates(tokens: np.ndarray, seconds: np.ndarray) -> np.ndarray:
     return tokens / seconds
 
 
+@contextmanager
+def torch_threads(threads: int | None) -> Iterator[int]:
+    """Torch's CPU threads set to ``threads`` (None: left as they are) inside the block, restored after it; yields
+    the count in use. Warm-ups run inside it too: a call on two threads beside a busy process can take 10x longer."""
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(int(threads))
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
 def paired_timing(sample: Sample, reference: Sample | None, prompts: int, *, rounds: int = 3, warmup: int = 1,
                   device: torch.device | str = "cpu", threads: int | None = None, seed: int = 0,
                   progress: Callable[[], None] | None = None,
@@ -162,11 +176,7 @@ def paired_timing(sample: Sample, reference: Sample | None, prompts: int, *, rou
         except RecdiffError as exc:
             raise ReferenceTimingError(f"reference measurement failed: {exc}") from exc
 
-    before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(int(threads))
-    try:
-        used = torch.get_num_threads()
+    with torch_threads(threads) as used:
         for k in range(warmup):
             sample(k % prompts)
             run_reference(k % prompts)
@@ -180,8 +190,6 @@ def paired_timing(sample: Sample, reference: Sample | None, prompts: int, *, rou
                     tok[r, i], sec[r, i] = n, t.seconds
                     if progress is not None:
                         progress()
-    finally:
-        torch.set_num_threads(before)
 
     rate_b = _reference_rates(tok_b, sec_b)
     rate_a = np.where(sec_a > 0, tok_a / np.where(sec_a > 0, sec_a, 1.0), np.nan)

@@ -2,8 +2,10 @@
 
 The identity is the benchmark with its slice (every option but ``workers``, which only sets how fast code is scored;
 for an lm-eval task also the task's version),
-the model (path or hub id, a digest of its weights, the dtype it runs in, its tokenizer) and the generation settings
-``run.max_new_tokens``, ``run.temperature`` and ``run.top_p``. Every trial records it (user attribute ``identity``).
+the model (path or hub id, a digest of its weights, the dtype it runs in, its tokenizer), the generation settings
+``run.max_new_tokens``, ``run.temperature`` and ``run.top_p``, and how speed is timed where it differs from the
+default (``run.reference``: every speed-up of a study is against it; ``run.timing_threads``). Every trial records it
+(user attribute ``identity``).
 
 A study holds one identity per benchmark, and one model and one temperature/top-p over all its benchmarks (Table 1
 spans four benchmarks in one study). A sweep whose identity differs is refused before the model loads, with one line
@@ -16,6 +18,7 @@ duplicates, skipped in a study and copied between the studies of a storage.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -33,11 +36,14 @@ if TYPE_CHECKING:
 
 BENCHMARK_OPERATIONAL = ("workers",)                       # how fast a benchmark is scored, not what it scores
 RUN_KEYS = ("max_new_tokens", "temperature", "top_p")
-STUDY_WIDE = ("model.", "run.temperature", "run.top_p")    # the same over all benchmarks of a study
+# the same over all benchmarks of a study
+STUDY_WIDE = ("model.", "run.temperature", "run.top_p", "run.reference", "run.timing_threads")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _DIGESTS: dict[tuple[str, int, int], str] = {}            # (file, size, mtime) → sha256, once per process
-# Keys of the config that do not change what a trial measures (left out of the configuration's hash).
-VOLATILE_KEYS = ("study", "worker", "run.progress")
+# Keys of the config that do not change what a trial measures (left out of the configuration's hash). run.repeats
+# only narrows the timing's intervals: a COMPLETE configuration is not measured again for it. run.reference and
+# run.timing_threads are part of the identity instead (timing_identity).
+VOLATILE_KEYS = ("study", "worker", "run.progress", "run.repeats", "run.reference", "run.timing_threads")
 # Keys hashed at these values though the config no longer has them, so that trials recorded before they left still
 # match their configuration: run.inject_fault, a test hook that left the schema (tests/sweep/faults.py).
 HASHED_AS_BEFORE = {"run": {"inject_fault": None}}
@@ -75,7 +81,28 @@ def identity_from_config(config: Mapping[str, Any], weights: str | None = None, 
     if m.get("compile"):  # compiled decoding runs at another speed: its trials are not eager ones
         model["compile"] = True
     run = {k: v for k, v in (config.get("run") or {}).items() if k in RUN_KEYS}
+    run.update(timing_identity(config.get("run") or {}))
     return {"benchmark": bench, "model": model, "run": run}
+
+
+def timing_identity(run: Mapping[str, Any]) -> dict[str, Any]:
+    """How a trial's speed was timed, where it differs from the default: the reference (in its one-line form, so
+    ``static r=32 init_scale=0`` is ``static r=32``) and the threads. Left out at the defaults, so that studies recorded
+    before paired timing keep their identity."""
+    from recdiff.params import parse_sampler, sampler_text
+    from recdiff.schema import DEFAULT_TIMING_THREADS
+
+    out: dict[str, Any] = {}
+    if run.get("reference") is not None:
+        try:
+            ref = sampler_text(parse_sampler(run["reference"]))
+        except RecdiffError:   # recorded by another version: compared as written
+            ref = str(run["reference"])
+        if ref != defaulted()["run.reference"]:
+            out["reference"] = ref
+    if run.get("timing_threads", DEFAULT_TIMING_THREADS) != DEFAULT_TIMING_THREADS:
+        out["timing_threads"] = run["timing_threads"]
+    return out
 
 
 def trial_identity(user_attrs: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -97,9 +124,24 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+@functools.cache
+def defaulted() -> dict[str, Any]:
+    """Keys an identity holds only where they differ from their default: missing, they are at the default."""
+    from recdiff.params import parse_sampler, sampler_text
+    from recdiff.schema import DEFAULT_REFERENCE, DEFAULT_TIMING_THREADS
+
+    return {"model.compile": False, "run.reference": sampler_text(parse_sampler(DEFAULT_REFERENCE)),
+            "run.timing_threads": DEFAULT_TIMING_THREADS}
+
+
 def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
-    """(dotted key, value in a, value in b) for each key known on both sides whose values differ."""
+    """(dotted key, value in a, value in b) for each key known on both sides whose values differ (a key of
+    :func:`defaulted` missing on one side is at its default there)."""
     fa, fb = flatten(a), flatten(b)
+    for k, v in defaulted().items():
+        if (k in fa) != (k in fb):
+            fa.setdefault(k, v)
+            fb.setdefault(k, v)
     same_weights = "model.weights" in fa and fa.get("model.weights") == fb.get("model.weights")
     return [(k, fa[k], fb[k]) for k in sorted(fa.keys() & fb.keys())
             if fa[k] != fb[k] and not (k == "model.path" and same_weights)]

@@ -4,8 +4,11 @@ Two passes, each after untimed warm-ups (allocations, compilation, graph capture
 
 - accuracy (:func:`accuracy_pass`): every problem of the slice, ``run.batch_size`` sequences side by side
   (continuous batching); also ``throughput_tokens_per_s``;
-- speed (:func:`speed_pass`): the first ``run.speed_samples`` problems, each decoded alone (batch 1) and timed with
-  the device synchronised: ``tokens_per_s``, the paper's metric, is the median over them.
+- speed (:func:`speed_pass`): the paired timing (:func:`recdiff.timing.paired_timing`): the first
+  ``run.speed_samples`` problems, each decoded alone (batch 1) by the trial's sampler and by the study's reference
+  (``run.reference``), alternately, in ``run.repeats`` rounds, on ``run.timing_threads`` threads, the device
+  synchronised around each call: ``tokens_per_s`` (the paper's metric, the median over problems × rounds) and the
+  paired ``speedup``, each with its 95% interval. The reference's own trial is timed against itself (speed-up 1).
 
 Then the per-sample table, traces and scores (:mod:`recdiff.trial.samples`) and the user attributes (accuracy with its
 95% Wilson interval, core passes per token, peak memory ...).
@@ -23,7 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from recdiff.errors import RecdiffError
-from recdiff.timing import PeakMemory, Timer, median_tokens_per_s
+from recdiff.timing import (PairedTiming, PeakMemory, ReferenceTimingError, Sample, Timer, paired_timing,
+                            torch_threads)
 from recdiff.tokenizer import ByteCodec, encode_prompt
 from recdiff.trial.deadline import deadline
 from recdiff.trial.samples import record_samples
@@ -55,16 +59,6 @@ class Prompts:
 class BatchPass:
     results: list[Any]                    # one GenerationResult per problem
     seconds: float                        # wall-clock of the whole batched pass
-
-
-@dataclass
-class SpeedPass:
-    times: list[float] = field(default_factory=list)     # seconds per problem decoded alone
-    tokens: list[int] = field(default_factory=list)      # its new tokens
-
-    @property
-    def tokens_per_s(self) -> float:
-        return median_tokens_per_s(self.tokens, self.times)
 
 
 def encode_prompts(work: Workload, max_new_tokens: int, codec: Any) -> Prompts:
@@ -102,20 +96,41 @@ def accuracy_pass(work: Workload, gen: dict[str, Any], prompts: Prompts, run: Ru
     return BatchPass(results, t.seconds)
 
 
-def speed_pass(work: Workload, gen: dict[str, Any], prompts: Prompts, run: RunConfig, n: int, tick: Tick) -> SpeedPass:
-    """The first ``n`` problems, each alone (batch 1) and timed: the paper's tokens/s."""
+def alone(work: Workload, gen: dict[str, Any], prompts: Prompts) -> Sample:
+    """Timed prompt ``i`` decoded alone (batch 1) with the settings ``gen``; its count of new tokens."""
     import recdiff
 
-    for _ in range(run.warmup if n else 0):
-        recdiff.warm_up(work.model, prompts.ids[:n], batch_size=1, **_warm(gen, prompts.limits[:n]))
-    speed = SpeedPass()
-    for ids, limit in zip(prompts.ids[:n], prompts.limits):
-        with Timer(work.device) as t:
-            alone = recdiff.generate(work.model, ids, **{**gen, "max_new_tokens": limit})
-        speed.times.append(t.seconds)
-        speed.tokens.append(int(alone.stats.get("new_tokens", len(alone.tokens))))
-        tick(1)
-    return speed
+    def sample(i: int) -> int:
+        res = recdiff.generate(work.model, prompts.ids[i], **{**gen, "max_new_tokens": prompts.limits[i]})
+        return int(res.stats.get("new_tokens", len(res.tokens)))
+    return sample
+
+
+def reference_gen(trial: TrialSpec, base: dict[str, Any]) -> dict[str, Any] | None:
+    """The generation settings of the study's reference (``run.reference``); None when the trial's sampler is the
+    reference itself (it is then timed against itself)."""
+    ref = trial.run.reference_sampler()
+    return None if trial.sampler == ref else {**base, "sampler": ref.name, **ref.params()}
+
+
+def speed_pass(work: Workload, run: RunConfig, gen: dict[str, Any], ref_gen: dict[str, Any] | None,
+               prompts: Prompts, n: int, tick: Tick) -> PairedTiming:
+    """The first ``n`` problems, each alone (batch 1): the trial's sampler (``gen``) and the reference (``ref_gen``;
+    None: the trial is the reference) alternately in ``run.repeats`` rounds, after untimed warm-ups (compilation,
+    then ``run.warmup`` calls of each). A reference that fails raises ReferenceTimingError: the trial is FAIL."""
+    import recdiff
+
+    with torch_threads(run.timing_threads):   # warmed on the threads it is timed on
+        for _ in range(run.warmup):
+            recdiff.warm_up(work.model, prompts.ids[:n], batch_size=1, **_warm(gen, prompts.limits[:n]))
+            if ref_gen is not None:
+                try:
+                    recdiff.warm_up(work.model, prompts.ids[:n], batch_size=1, **_warm(ref_gen, prompts.limits[:n]))
+                except RecdiffError as exc:   # the reference's settings, not the trial's: FAIL, not PRUNED
+                    raise ReferenceTimingError(f"reference measurement failed: {exc}") from exc
+    reference = alone(work, ref_gen, prompts) if ref_gen is not None else None
+    return paired_timing(alone(work, gen, prompts), reference, n, rounds=run.repeats, warmup=run.warmup,
+                         device=work.device, threads=run.timing_threads, seed=run.seed, progress=lambda: tick(1))
 
 
 def run_trial(work: Workload, trial: TrialSpec, output_dir: str | os.PathLike) -> TrialResult:
@@ -134,10 +149,11 @@ def run_trial(work: Workload, trial: TrialSpec, output_dir: str | os.PathLike) -
     codec = tok if tok is not None else ByteCodec()
     params = sampler.params()
     eos = getattr(codec, "eos_token_id", None)
-    gen = dict(sampler=sampler.name, max_new_tokens=run.max_new_tokens, seed=run.seed, temperature=run.temperature,
-               top_p=run.top_p, stop_token_ids=[eos] if eos is not None else None,
-               stop_strings=list(work.benchmark.stop_strings or []) if tok is not None else None,  # bytes: cut later
-               **params)
+    base = dict(max_new_tokens=run.max_new_tokens, seed=run.seed, temperature=run.temperature, top_p=run.top_p,
+                stop_token_ids=[eos] if eos is not None else None,
+                stop_strings=list(work.benchmark.stop_strings or []) if tok is not None else None)  # bytes: cut later
+    gen = {**base, "sampler": sampler.name, **params}
+    ref_gen = reference_gen(trial, base)
     prompts = encode_prompts(work, run.max_new_tokens, codec)
     n_traces = run.n_traces if sampler.name == "diffusion" else 0
     batch_size = run.batch_size or recdiff.default_batch_size(work.model.device)
@@ -145,7 +161,8 @@ def run_trial(work: Workload, trial: TrialSpec, output_dir: str | os.PathLike) -
 
     shown = ("r", "r_inner", "beta", "epsilon")
     label = f"{sampler.name} " + " ".join(f"{k}={v}" for k, v in params.items() if k in shown)
-    bar = tqdm(total=len(prompts.ids) + n_speed, desc=label, file=sys.stderr, disable=not run.progress, leave=False,
+    timed_calls = 2 * run.repeats * n_speed   # each round: the sampler, then the reference, on every timed problem
+    bar = tqdm(total=len(prompts.ids) + timed_calls, desc=label, file=sys.stderr, disable=not run.progress, leave=False,
                dynamic_ncols=True)
     with deadline(run.timeout_s) as check_time, PeakMemory(work.device) as mem, bar:
         def tick(n: int) -> None:
@@ -153,9 +170,10 @@ def run_trial(work: Workload, trial: TrialSpec, output_dir: str | os.PathLike) -
             check_time()
 
         batch = accuracy_pass(work, gen, prompts, run, batch_size, n_traces, tick)
-        speed = speed_pass(work, gen, prompts, run, n_speed, tick)
+        speed = speed_pass(work, run, gen, ref_gen, prompts, n_speed, tick)
 
-    samples = record_samples(work, prompts.texts, batch.results, speed.times, speed.tokens, codec, out)
+    times = speed.prompt_seconds().tolist()
+    samples = record_samples(work, prompts.texts, batch.results, times, speed.tokens[0].tolist(), codec, out)
     rows = samples.rows
     k, n = sum(r["correct"] for r in rows), len(rows)
     low, high = wilson_interval(k, n)
@@ -171,8 +189,9 @@ def run_trial(work: Workload, trial: TrialSpec, output_dir: str | os.PathLike) -
         core_passes_per_token=sum(r["core_passes"] for r in rows) / total_tokens if total_tokens else 0.0,
         peak_memory_bytes=int(mem.bytes), kv_cache_bytes=int(max(kv)) if kv else None,
         mean_new_tokens=total_tokens / n if n else 0.0,
-        time_per_sample_s=sum(speed.times) / n_speed if n_speed else 0.0,
+        time_per_sample_s=sum(times) / n_speed,
         samples_path=str(samples.path), trace_paths=samples.trace_paths, output_dir=str(out),
+        **speed.attrs(),   # the paired timing: tokens/s interval, speed-up against the reference, rounds, threads
     )
     return TrialResult(accuracy=float(work.benchmark.accuracy(samples.scores)), tokens_per_s=speed.tokens_per_s,
                        attrs=attrs, rows=rows, stability_png=samples.stability_png)

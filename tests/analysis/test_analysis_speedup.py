@@ -12,7 +12,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import TrialState
 
 from analysis.load import load_trials
-from analysis.tables import format_speedup, reference_trials, sampler_table, speedup_table
+from analysis.tables import format_speedup, reference_label, reference_trials, sampler_table, speedup_table
 from recdiff.errors import RecdiffError
 
 from .conftest import set_metric_names
@@ -21,7 +21,8 @@ IDENTITY = {"benchmark": {"name": "arith", "limit": 4}, "model": {"path": "m"}, 
 
 
 def _trial(sampler: str, params: dict, acc: float, tps: float, baseline: bool = False,
-           state: TrialState = TrialState.COMPLETE, speedup: float | None = None) -> optuna.trial.FrozenTrial:
+           state: TrialState = TrialState.COMPLETE, speedup: float | None = None,
+           reference: str | None = None) -> optuna.trial.FrozenTrial:
     dists = {"sampler": CategoricalDistribution(["static", "adaptive", "speculative", "diffusion"]),
              "benchmark": CategoricalDistribution(["arith"])}
     for k, v in params.items():
@@ -29,6 +30,8 @@ def _trial(sampler: str, params: dict, acc: float, tps: float, baseline: bool = 
                     IntDistribution(1, 128) if isinstance(v, int) else FloatDistribution(0.0, 2.0))
     attrs = {"accuracy_low": acc - 0.1, "accuracy_high": acc + 0.1, "identity": IDENTITY,
              "config": {"sampler": {"name": sampler, **params}}}
+    if reference is not None:   # run.reference; a config without it was timed against static r=32
+        attrs["config"]["run"] = {"reference": reference}
     if speedup is not None:   # what recdiff.timing.PairedTiming.attrs() records
         attrs.update(tokens_per_s_lo=0.95 * tps, tokens_per_s_hi=1.05 * tps, speedup=speedup,
                      speedup_lo=speedup - 0.2, speedup_hi=speedup + 0.2, reference_tokens_per_s=tps / speedup,
@@ -103,9 +106,13 @@ def test_a_study_recorded_before_paired_timing_has_unpaired_speedups():
 def test_reference_choice_and_repeats_average(study):
     df = load_trials(study)
     assert reference_trials(df)["number"].to_list() == [1]
-    # without the shared-KV trial, the r=32 trial left is the reference
+    # the reference is the sampler the trials were timed against (run.reference: static r=32 at its defaults unless
+    # the study names another), as each trial's config records it: a per-step KV r=32 trial is not it
     only_per_step = df.filter(pl.col("number") != 1)
-    assert reference_trials(only_per_step)["number"].to_list() == [2]
+    assert reference_trials(only_per_step).is_empty()
+    # trials without a recorded config: static AR at r=32 picked by its settings (the most common left)
+    unknown = only_per_step.with_columns(pl.lit(None, pl.Boolean).alias("is_reference"))
+    assert reference_trials(unknown)["number"].to_list() == [2]
     # repeats of the reference are averaged: (0.40 + 0.30) / 2 = 0.35 at (25 + 75) / 2 = 50 tokens/s
     study.add_trial(_trial("static", {"r": 32, "init_scale": 0.0, "kv_cache": "shared"}, 0.30, 75.0, True,
                            speedup=1.0))
@@ -149,5 +156,27 @@ def test_report_shows_the_speedup_table(study, tmp_path):
     md = (tmp_path / "speedup.md").read_text()
     assert "| 3.50x [3.30, 3.70] | +10.0 [-4.1, +24.1] |" in md
     report = (tmp_path / "report.md").read_text()
-    assert "## Relative to static AR (r=32)" in report and md.strip() in report
+    assert "## Relative to Static AR (r=32)" in report and md.strip() in report
     assert pl.read_csv(tmp_path / "speedup.csv")["speedup"].to_list()[0] == pytest.approx(1.0)
+
+
+def test_a_study_timed_against_another_reference_names_it():
+    """`run.reference='diffusion r_inner=8'`: the speed-ups are against that sampler, its own trial is the reference
+    (Δacc against it), and every header names it."""
+    s = optuna.create_study(directions=["maximize", "maximize"], study_name="other")
+    set_metric_names(s)
+    ref = "diffusion r_inner=8"
+    s.add_trial(_trial("static", {"r": 32, "init_scale": 0.0, "kv_cache": "shared"}, 0.40, 25.0, True, speedup=0.5,
+                       reference=ref))
+    s.add_trial(_trial("diffusion", {"r": 32, "r_inner": 8}, 0.45, 50.0, speedup=1.0, reference=ref))
+    s.add_trial(_trial("diffusion", {"r": 32, "r_inner": 4}, 0.50, 100.0, speedup=2.0, reference=ref))
+    df = load_trials(s)
+    assert reference_trials(df)["number"].to_list() == [1]
+    assert reference_label(df) == "Diff. Sampler (r′=8)"
+    table = speedup_table(df)
+    assert table.filter(pl.col("reference"))["number"].to_list() == [1]
+    assert table.filter(pl.col("number") == 2)["delta_accuracy"].to_list() == pytest.approx([5.0])
+    assert "speed-up vs Diff. Sampler (r′=8) [95% CI]" in format_speedup(table, reference=reference_label(df))
+    t1 = sampler_table(df, relative="each")
+    assert [r.reference for r in t1.rows] == [True, False, False]
+    assert "Relative Diff to Diff. Sampler (r′=8)" in t1.to_markdown()

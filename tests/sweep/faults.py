@@ -8,7 +8,9 @@ Faults of the world around a trial run commands the test gives in the environmen
 database server (``RECDIFF_FAULT_DB_STOP``), waits past a heartbeat and starts it again (``RECDIFF_FAULT_DB_START``),
 mid-trial and again between trials; ``db_down`` stops it mid-trial; ``fill_disk`` fills the filesystem of the folder
 ``RECDIFF_FAULT_FILL`` mid-trial (or, where that names a file, limits the sweep's file size to a little more than
-that file's: where no small filesystem can be mounted, the file stands for a full disk). ``hang`` touches ``RECDIFF_FAULT_READY`` (when set) once it hangs.
+that file's: where no small filesystem can be mounted, the file stands for a full disk). ``hang`` touches
+``RECDIFF_FAULT_READY`` (when set) once it hangs. ``reference`` gives the trial a reference whose every decoding call
+fails (settings the sampler refuses), as a reference that cannot be timed would.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-FAULTS = ("error", "oom", "hang", "kill", "invalid", "db_restart", "db_down", "fill_disk")
+FAULTS = ("error", "oom", "hang", "kill", "invalid", "db_restart", "db_down", "fill_disk", "reference")
 
 
 def _run(env: str) -> None:
@@ -97,6 +99,10 @@ class InjectFault(Callback):
         fault = self.faults[int(num) % len(self.faults)]
         self.original = original = measure.accuracy_pass
         self.log_trial = log_trial = record.log_trial
+        self.original_reference = measure.reference_gen
+        if fault == "reference":
+            measure.reference_gen = lambda trial, base: {**base, "sampler": "static", "r": 0}
+            fault = None
 
         def faulty(*args: Any, **kw: Any) -> Any:
             inject(fault)
@@ -115,6 +121,7 @@ class InjectFault(Callback):
         from recdiff.trial import measure
 
         measure.accuracy_pass = self.original
+        measure.reference_gen = self.original_reference
         search.log_trial = claimed.log_trial = self.log_trial
 
 

@@ -13,13 +13,15 @@ from .conftest import load, requires_fixture, run_sweep
 # The fixture checkpoint with a tiny slice; the baselines on (study.baselines defaults to true).
 ARGS = ["model=fixture", "benchmark=arith", "benchmark.limit=2", "run.max_new_tokens=8", "run.speed_samples=1",
         "run.warmup=0", "run.threads=1", "run.progress=false", "sampler.r=8", "study.name=baselines"]
+TIMING = ("tokens_per_s_lo", "tokens_per_s_hi", "speedup", "speedup_lo", "speedup_hi", "reference_tokens_per_s",
+          "timing_rounds", "threads")
 EXPECTED = Counter({("static", 32): 1, ("static", 4): 1, ("static", 8): 1, ("adaptive", 32): 1,
                     ("speculative", 32): 1})
 
 
 def _table(text: str) -> dict[int, str]:
     """Rows of the closing table, by trial number."""
-    head = text.index("relative to static AR (r=32)")
+    head = text.index("relative to Static AR (r=32)")
     rows = {}
     for line in text[head:].splitlines()[2:]:
         m = re.match(r"\s*(\d+)\s{2}", line)
@@ -43,6 +45,20 @@ def test_baselines_are_recorded_once_reused_and_tabulated(tmp_path):
     assert len({t.user_attrs["config_hash"] for t in done}) == len(done) == 7          # nothing recorded twice
     assert all(t.params.get("kv_cache") == "shared" and t.params.get("init_scale") == 0.0 for t in base)
     assert len(_table(first.stdout)) == 7
+    assert "speed-up vs Static AR (r=32) [95% CI]" in first.stdout
+
+    # every COMPLETE trial carries the paired timing (issue 32): its interval around tokens/s, the speed-up against
+    # the reference timed in the same rounds, on one thread; the reference's own trial is at 1 within its interval
+    for t in done:
+        a, tps = t.user_attrs, t.values[1]
+        assert {k for k in TIMING if k not in a} == set(), t.number
+        assert a["tokens_per_s_lo"] <= tps <= a["tokens_per_s_hi"]
+        assert a["speedup_lo"] <= a["speedup"] <= a["speedup_hi"]
+        assert a["timing_rounds"] == 3 and a["threads"] == 1 and a["reference_tokens_per_s"] > 0
+        assert 0 < a["speedup"] < float("inf")
+    (ref,) = [t for t in base if t.params["sampler"] == "static" and t.params["r"] == 32]
+    assert ref.user_attrs["speedup"] == 1.0 and ref.user_attrs["speedup_lo"] <= 1.0 <= ref.user_attrs["speedup_hi"]
+    assert ref.user_attrs["reference_tokens_per_s"] > 0
 
     # a second sweep on the study: one new trial, the baselines reused (not run again)
     second = run_sweep(["-m", "sampler.r_inner=2,4", *ARGS, *where, f"hydra.sweep.dir={tmp_path}/two"])
@@ -61,7 +77,7 @@ def test_baselines_are_recorded_once_reused_and_tabulated(tmp_path):
         # the paired speed-up the trial recorded (recdiff.timing.paired_timing), never tokens/s ÷ the reference's
         # tokens/s measured at another moment: "unpaired" for a trial that has none
         a = t.user_attrs
-        speedup = f"{a['speedup']:.2f}x [{a['speedup_lo']:.2f}, {a['speedup_hi']:.2f}]" if "speedup" in a else "unpaired"
+        speedup = f"{a['speedup']:.2f}x [{a['speedup_lo']:.2f}, {a['speedup_hi']:.2f}]"
         delta = 100 * (t.values[0] - ref.values[0])
         cells = re.split(r"\s{2,}", rows[t.number].strip())   # columns: two spaces or more; cells hold single ones
         assert cells[-2] == speedup and cells[-1].split(" [")[0] == f"{delta:+.1f}", (t.number, rows[t.number])

@@ -54,7 +54,7 @@ def test_killed_joblib_workers_the_same_command_again_finishes_the_grid(tmp_path
                       check=False, timeout=600)
     assert first.returncode == 1, first.stderr[-3000:]
     assert first.stderr.strip().splitlines()[-1].startswith("error: a joblib worker process died (exit codes ")
-    assert "relative to static AR" not in first.stdout and "Traceback" not in first.stderr
+    assert "relative to Static AR (r=32)" not in first.stdout and "Traceback" not in first.stderr
     study = load(str(tmp_path / "journal.log"), "killed")
     killed = study.get_trials(states=(TrialState.FAIL,))
     assert killed and not study.get_trials(states=(TrialState.RUNNING,))
@@ -63,7 +63,7 @@ def test_killed_joblib_workers_the_same_command_again_finishes_the_grid(tmp_path
         assert t.user_attrs["fail_reason"].startswith("worker died (process ") and "is gone)" in t.user_attrs["fail_reason"]
 
     again = run_sweep([*grid, f"hydra.sweep.dir={tmp_path}/two"], timeout=600)
-    assert "relative to static AR" in again.stdout
+    assert "relative to Static AR (r=32)" in again.stdout
     study = load(str(tmp_path / "journal.log"), "killed")
     done = exactly_once(study)
     assert sorted(t.params["r"] for t in done.values()) == [1, 2, 3, 4, 5, 6, 7, 8]
