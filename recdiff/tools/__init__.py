@@ -5,4 +5,11 @@
 - ``python -m recdiff.tools.evaluate_embedded``: an embedded model's model-card tables
 - ``python -m recdiff.tools.sampler_docs``: docs/samplers.md and the names table of docs/architecture.md, from the
   samplers' parameter declarations (``recdiff/params.py``)
+- :mod:`~recdiff.tools.bench` (run as ``python -m recdiff.bench``): tokens/s of every sampler, paired against the
+  reference, the bandwidth bound and the step profile
+- :mod:`~recdiff.tools.bench_authors` (run as ``python -m recdiff.bench_authors``): recdiff against the authors'
+  reference implementation, which runs in a subprocess (:mod:`~recdiff.tools._authors_worker`)
+
+The two benches keep their documented ``python -m recdiff.bench`` / ``recdiff.bench_authors`` names through a
+three-line entry module at the package root; their code is here.
 """

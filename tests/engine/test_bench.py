@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from recdiff import generate
-from recdiff.bench import SHAPES, build, main, model_calls, read_bytes, recurrence_matrices, result_bytes
+from recdiff.tools.bench import SHAPES, build, main, model_calls, read_bytes, recurrence_matrices, result_bytes
 from recdiff.config import RecurrentConfig
 from recdiff.model import RecurrentDepthModel
 

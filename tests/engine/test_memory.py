@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from recdiff.bench import SHAPES
+from recdiff.tools.bench import SHAPES
 from recdiff.config import RecurrentConfig
 from recdiff.model import RecurrentDepthModel
 from recdiff.samplers import _module

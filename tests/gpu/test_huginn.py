@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from recdiff import generate, load_model, save_pretrained
-from recdiff.bench import SHAPES
+from recdiff.tools.bench import SHAPES
 from recdiff.config import RecurrentConfig
 from recdiff.model import RecurrentDepthModel
 from tests.engine.test_memory import meta_huginn, predicted_bytes
