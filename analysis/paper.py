@@ -28,11 +28,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
-from analysis.claims import CLAIMS, Claim, Verdict, count_outcomes, judge_all
+from analysis.claims import CLAIMS, Claim, judge_all
+from analysis.verdicts import Verdict, count_outcomes
 from analysis.tables import PAPER_REFERENCE, reference_label
 from recdiff.errors import RecdiffError
 
@@ -310,7 +310,7 @@ def write_report_md(out: Path, scale_name: str, runs: list[dict], verdicts: list
                "accuracy differences smaller than that are within sampling noise.", ""]
     md += [_speed_width(trials), ""]
     counts = count_outcomes([v for _, v in verdicts])
-    md += ["Each verdict is computed from the studies by `analysis/claims.py` (thresholds next to each check, with "
+    md += ["Each verdict is computed from the studies by `analysis/judges.py` (thresholds next to each check, with "
            "the 95% interval of each number): a check passes (✓) or fails (✗) only when its interval lies on one "
            "side of the threshold, else it is inconclusive (?); **agrees** when every check passes, **disagrees** "
            "when one fails, **inconclusive** otherwise, **n/a** when the data cannot test the claim.", "",

@@ -86,7 +86,7 @@ class SamplerTable:
     def to_latex(self, caption: str | None = None, label: str = "tab:sampler_comparison") -> str:
         n = len(self.benchmarks)
         out = [r"\begin{table}[t]", r"\small", r"\centering",
-               rf"\resizebox{{\linewidth}}{{!}}{{\setlength{{\tabcolsep}}{{1mm}}{{",
+               r"\resizebox{\linewidth}{!}{\setlength{\tabcolsep}{1mm}{",
                rf"\begin{{tabular}}{{l*{{{2 * n}}}{{c}}}}", r"\toprule",
                r"\multirow{2}{*}{Sampler} & " + " & ".join(
                    rf"\multicolumn{{2}}{{c}}{{{_tex_escape(benchmark_name(b))}}}" for b in self.benchmarks) + r" \\",

@@ -27,7 +27,8 @@ import matplotlib.pyplot as plt
 import polars as pl
 from IPython.display import Markdown, display
 
-from analysis.claims import CLAIMS, count_outcomes, judge_all
+from analysis.claims import CLAIMS, judge_all
+from analysis.verdicts import count_outcomes
 from analysis.paper import load_paper
 from analysis.report import plan_figures
 from analysis.tables import sampler_table
