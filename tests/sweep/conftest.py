@@ -73,3 +73,19 @@ def _clear_hydra():
 
 requires_fixture = pytest.mark.skipif(not (FIXTURE / "model.safetensors").exists(),
                                       reason=f"fixture checkpoint missing at {FIXTURE}")
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    """Debian's PostgreSQL, started as an unprivileged user on loopback in a temp dir, for one test module."""
+    from .postgres import Postgres, server_binaries
+
+    bindir = server_binaries()
+    if bindir is None:
+        pytest.skip("PostgreSQL server binaries missing (Debian package `postgresql`)")
+    server = Postgres(bindir)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.remove()

@@ -169,7 +169,7 @@ class Cluster:
     def stop(self) -> None:
         """Cancel what still runs on this cluster, then stop the daemons this object started."""
         if self.procs and all(p.poll() is None for p in self.procs):
-            self.run("scancel", "--full", f"--partition=debug", check=False)
+            self.run("scancel", "--full", "--partition=debug", check=False)
         for p in reversed(self.procs):
             if p.poll() is None:
                 p.terminate()

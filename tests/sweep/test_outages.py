@@ -15,23 +15,10 @@ from recdiff.study.journal import find_damage
 
 from .conftest import TINY, load, requires_fixture, run_sweep
 from .faults import fault_args, fill_disk
-from .postgres import Postgres, server_binaries
+from .postgres import Postgres
 from .test_scale import exactly_once
 
 GRID = ["-m", "sampler=static", *TINY, "study.reuse=false", "study.heartbeat_interval=1"]
-
-
-@pytest.fixture(scope="module")
-def postgres():
-    bindir = server_binaries()
-    if bindir is None:
-        pytest.skip("PostgreSQL server binaries missing (Debian package `postgresql`)")
-    server = Postgres(bindir)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.remove()
 
 
 def db_env(server: Postgres) -> dict[str, str]:

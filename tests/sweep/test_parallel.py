@@ -9,21 +9,6 @@ import pytest
 from optuna.trial import TrialState
 
 from .conftest import TINY, load, popen_sweep, requires_fixture, run_sweep
-from .postgres import Postgres, server_binaries
-
-
-@pytest.fixture(scope="module")
-def postgres_url():
-    """Debian's PostgreSQL, started as an unprivileged user on loopback in a temp dir."""
-    bindir = server_binaries()
-    if bindir is None:
-        pytest.skip("PostgreSQL server binaries missing (Debian package `postgresql`)")
-    server = Postgres(bindir)
-    server.start()
-    try:
-        yield server.url
-    finally:
-        server.remove()
 
 
 def search_args(tmp: Path, storage: str, name: str, n_trials: int) -> list[str]:
@@ -35,7 +20,7 @@ def search_args(tmp: Path, storage: str, name: str, n_trials: int) -> list[str]:
 @requires_fixture
 @pytest.mark.parametrize("kind", ["journal", "postgres"])
 def test_three_workers_share_one_study(tmp_path, kind, request):
-    storage = str(tmp_path / "journal.log") if kind == "journal" else request.getfixturevalue("postgres_url")
+    storage = str(tmp_path / "journal.log") if kind == "journal" else request.getfixturevalue("postgres").url
     name = f"shared-{kind}-{tmp_path.name}"
     workers = [popen_sweep([*search_args(tmp_path, storage, name, 6), f"worker={w}", f"hydra.run.dir={tmp_path}/w{w}"],
                            log=tmp_path / f"w{w}.log") for w in range(3)]
