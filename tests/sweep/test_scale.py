@@ -96,12 +96,13 @@ def test_eight_workers_run_sixteen_configurations_exactly_once(tmp_path):
 def test_two_joblib_workers_on_two_cores_run_one_thread_each(tmp_path):
     two_cores = sorted(os.sched_getaffinity(0))[:2]
     run_sweep(["-m", *JOBLIB, "hydra.launcher.n_jobs=2", "sampler=static", "sampler.r=1,2", *TINY, "run.threads=null",
-               *where(tmp_path, "threads"), f"hydra.sweep.dir={tmp_path}/sweep"], timeout=600,
+               "run.timing_threads=null", *where(tmp_path, "threads"), f"hydra.sweep.dir={tmp_path}/sweep"], timeout=600,
               preexec_fn=lambda: os.sched_setaffinity(0, two_cores))
     trials = load(str(tmp_path / "journal.log"), "threads").get_trials()
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
     for t in trials:
         assert t.user_attrs["thread_budget"] == 1
+        assert t.user_attrs["threads"] == 1                                    # timing on the budget (timing_threads null)
         assert t.user_attrs["device"].endswith(", 1 threads)")               # torch's count as the trial ended
         assert t.user_attrs["config"]["run"]["threads"] is None               # the config (and its hash) unchanged
 
