@@ -86,11 +86,33 @@ def rows(a: Tensor) -> int:
     return a.numel() // a.shape[-1] if a.is_floating_point() and a.dim() else a.numel()
 
 
-def signature(args: tuple[Tensor, ...]) -> tuple:
-    """What a captured graph is specialised on besides its name: the dtype and the size-1 dimensions of each
-    argument (dynamo specialises sizes 0 and 1 even under dynamic shapes), and whether the first argument has
-    :data:`MANY_ROWS` rows or more (two graphs per piece at most, each blocked for its kind of call)."""
-    return (rows(args[0]) >= MANY_ROWS, *((a.dtype, tuple(s == 1 for s in a.shape)) for a in args))
+@functools.lru_cache(maxsize=4096)
+def _layout(shape: torch.Size) -> tuple[tuple[int, ...], tuple[bool, ...]]:
+    """Row-major strides of ``shape`` (also in size-1 dimensions, whose strides a compiled graph asserts too) and
+    which of its dimensions are 1. Cached: a step meets few shapes, and this is on every compiled call's path."""
+    strides, n = [], 1
+    for size in reversed(shape):
+        strides.append(n)
+        n *= size
+    return tuple(reversed(strides)), tuple(s == 1 for s in shape)
+
+
+def prepare(args: tuple[Tensor, ...]) -> tuple[tuple[Tensor, ...], tuple]:
+    """The arguments with row-major strides (compiled graphs assume their inputs' layout; a copy only where one has
+    other strides) and what a captured graph is specialised on besides its name: the dtype and the size-1
+    dimensions of each argument (dynamo specialises sizes 0 and 1 even under dynamic shapes), and whether the first
+    argument has :data:`MANY_ROWS` rows or more (two graphs per piece at most, each blocked for its kind of call).
+    One pass over the arguments: this runs before every compiled call (~1 µs an argument)."""
+    dense, sig = [], [rows(args[0]) >= MANY_ROWS]
+    for a in args:
+        shape = a.shape
+        strides, ones = _layout(shape)
+        if a.stride() != strides:
+            # contiguous but for the strides of size-1 dimensions (a batch-1 slice of a buffer): a view has them right
+            a = a.view(shape) if a.is_contiguous() else torch.empty(shape, dtype=a.dtype, device=a.device).copy_(a)
+        dense.append(a)
+        sig.append((a.dtype, ones))
+    return tuple(dense), tuple(sig)
 
 
 class Program:

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from recdiff.cache import Call, SlotKV, make_call
-from recdiff.engine.program import Program, internals, signature
+from recdiff.engine.program import Program, internals, prepare
 from recdiff.model import RecurrentDepthModel, relative_change, rope_table
 
 
@@ -48,17 +48,6 @@ CHUNK = 4  # recurrences per compiled call when nothing is decided between them 
 # turns every dynamic size into a tensor on each call (about 4 µs apiece) and saves little on few kernels; measured on
 # the diffusion step's advance, embedded model, batch 1: 98 → 60 µs a call
 SMALL = {"cpp_wrapper": False}
-
-
-def _dense(t: Tensor) -> Tensor:
-    """``t`` with row-major strides, also in size-1 dimensions (compiled graphs assume their inputs' layout)."""
-    strides, n = [], 1
-    for size in reversed(t.shape):
-        strides.append(n)
-        n *= size
-    if t.stride() == tuple(reversed(strides)):
-        return t
-    return torch.empty(t.shape, dtype=t.dtype, device=t.device).copy_(t)
 
 
 def cache_length(model: RecurrentDepthModel, pad: int = 0) -> int:
@@ -191,8 +180,8 @@ class Runner:
         :data:`~recdiff.engine.program.PATCHES` (e.g. :data:`SMALL`)."""
         if not self.compiled:
             return fn(self.model, self, args)
-        args = tuple(_dense(a) for a in args)
-        key = (name, signature(args))
+        args, sig = prepare(args)
+        key = (name, sig)
         prog = self._programs.get(key)
         if prog is None:
             prog = self._programs[key] = Program(fn, self.model, self, patches)
@@ -206,8 +195,12 @@ class Runner:
         return min(self.length, n)
 
     def width(self, needed: int, most: int) -> int:
-        """Rows of a step that needs ``needed`` (≤ ``most``): the power of two above it under CUDA graphs."""
-        return min(most, 1 << (needed - 1).bit_length()) if self.cuda_graphs else needed
+        """Rows of a step that needs ``needed`` (≤ ``most``): the power of two above it under CUDA graphs; compiled on
+        a CPU at least two (a width of 1 would be a specialisation of its own, compiled again for every piece of the
+        step; the padding row costs a row of compute in the rare step of a one-state wavefront)."""
+        if self.cuda_graphs:
+            return min(most, 1 << (needed - 1).bit_length())
+        return min(most, max(needed, 2)) if self.compiled else needed
 
     def _tail(self, pos: Tensor, keys: int, write: Tensor | None, rows: Tensor | None
               ) -> tuple[tuple[Tensor, Tensor, Tensor], tuple[Tensor, ...]]:

@@ -135,7 +135,10 @@ def advance(rule: StepRule, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
         at = start + W + 1 + extra
         seq = seq.scatter(1, at, torch.where(extra < h - 1, rule.pad_id, seq.gather(1, at)))
     out["seq"] = seq
-    out["unchanged"] = s["unchanged"].scatter_add(1, tpos, ((old == new) & (rows_next < W)).long())
+    # (the positions are distinct: a scatter of gathered counts, which inductor fuses; scatter_add is a kernel of its
+    # own)
+    unchanged = s["unchanged"]
+    out["unchanged"] = unchanged.scatter(1, tpos, unchanged.gather(1, tpos) + ((old == new) & (rows_next < W)).long())
 
     # 6a. convergence: δ = ‖z − z_prev‖/‖z‖ per valid state against its stored value (reference rule: the row `lag`
     # further, as the authors' code indexes the states it kept from the old start); k* by the freeze rule
@@ -149,8 +152,9 @@ def advance(rule: StepRule, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
             prev, compared = s["z"][:, :T], valid
         delta = _relative_change(z, prev)  # (B, T)
         below = (delta < rule.epsilon) & compared
-        if rule.prefix:  # eq. (conv): the leading run of converged states
-            n_conv = below.cumprod(1).sum(1, keepdim=True)
+        if rule.prefix:  # eq. (conv): the leading run of converged states, up to the first that is not (a reduction
+            # inductor fuses, where a cumprod is a kernel of its own)
+            n_conv = torch.where(below, T, rows).amin(1, keepdim=True)
         else:  # Algorithm 2's wording: up to the last converged state
             n_conv = (below * rows_next).amax(1, keepdim=True)
         # paper: the converged states leave, each freezing the token it predicts; reference: the last converged state
