@@ -46,8 +46,10 @@ PAD = 256  # positions past the block every runner has (the default wavefront, 1
 CHUNK = 4  # recurrences per compiled call when nothing is decided between them (r' = 4, the paper's default, in one)
 # inductor settings of a program of few kernels and many small inputs (a sampler's step function): the C++ wrapper
 # turns every dynamic size into a tensor on each call (about 4 µs apiece) and saves little on few kernels; measured on
-# the diffusion step's advance, embedded model, batch 1: 98 → 60 µs a call
-SMALL = {"cpp_wrapper": False}
+# the diffusion step's advance, embedded model, batch 1: 98 → 60 µs a call. The wrapper's checks of each input's
+# size, strides and alignment are off: prepare() gives every argument row-major strides, the sizes are the arguments'
+# own, and CPU kernels load unaligned (advance, 11 arguments: 40.0 → 28.4 µs a call, median of 7 side-by-side rounds)
+SMALL = {"cpp_wrapper": False, "size_asserts": False, "alignment_asserts": False, "scalar_asserts": False}
 
 
 def cache_length(model: RecurrentDepthModel, pad: int = 0) -> int:

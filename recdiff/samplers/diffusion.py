@@ -56,8 +56,8 @@ from recdiff.engine.scheduler import Request
 from recdiff.checks import validate
 from recdiff.params import DiffusionParams
 from recdiff.samplers.base import GenerationResult, Options, check_fits
-from recdiff.samplers.diffusion_step import (PTR, StepRule, advance, beta_per_position, gather_inputs, piece,
-                                             state_names)
+from recdiff.samplers.diffusion_step import (PTR, StepRule, advance, beta_per_position, gather_inputs, noised,
+                                             piece, state_names)
 from recdiff.trace import DiffusionTrace
 
 __all__ = ["SPEC", "RULES", "make_batch", "DiffusionBatch", "beta_per_position"]
@@ -167,6 +167,9 @@ class DiffusionBatch:
         self.host: list[_Slot | None] = [None] * B
         self.rows = torch.arange(self.Tw + 1, device=dev)
         self._views: dict[tuple[int, int], Tensor] = {}
+        # the next step's token ids and positions (B, Tg), as the last step's advance gave them; None after an
+        # admission (which writes tokens and moves a slot's start): the next step gathers them itself
+        self._next: tuple[Tensor, Tensor] | None = None
 
     def check(self, index: int | None, prompt_len: int, max_new_tokens: int) -> None:
         check_fits(self.m, prompt_len, prompt_len + max_new_tokens + 1, index)
@@ -199,6 +202,7 @@ class DiffusionBatch:
     def _admit(self, b: int, req: Request, first: int, z_last: Tensor, e_first: Tensor | None) -> None:
         p, L = self.p, len(req.prompt)
         self.seq[b, : L + 1] = torch.tensor(req.prompt + [first], device=self.dev)
+        self._next = None
         self.unchanged[b] = 0
         # the state for position L, which predicts token L+1 (the rows after it are padding until grown into)
         self.z[b, 0] = self.m.initial_state(z_last, self.alpha, req.generator)[0, 0]
@@ -244,8 +248,10 @@ class DiffusionBatch:
                 getattr(self, k)[:, :Tg] = v
             else:  # eager or compiled: the next step's rows are among these Tg (its wavefronts are no wider)
                 setattr(self, k, v)
-        read = out[len(self.names)].tolist()  # the step's one read-back
-        delta = out[len(self.names) + 1] if rule.adaptive else None
+        n = len(self.names)
+        read = out[n].tolist()  # the step's one read-back
+        self._next = out[n + 1], out[n + 2]
+        delta = out[n + 3] if rule.adaptive else None
         stop = self.opts.stop.first_stop
         for b in live:
             rec, row = host[b], read[b]
@@ -305,19 +311,29 @@ class DiffusionBatch:
                 grow = [self._noise(hh, live)]
         return mix, grow
 
-    def _model_step(self, T: int, keys: int, ptr: Tensor, mix: list[Tensor]) -> tuple[Tensor, Tensor | None, Tensor]:
-        """1.-4. of a step over ``T`` window rows attending to ``keys`` positions: the inputs (positions, ids, noise),
-        P with momentum, r' recurrences, C → states, embeddings, logits (one graph per T and keys)."""
-        run, rule, eta, ri = self.runner, self.rule, self.rule.eta, self.r_inner
-        noised = rule.beta > 0
+    def _inputs(self, T: int, ptr: Tensor) -> tuple[Tensor, Tensor]:
+        """Token ids and positions of the step's ``T`` rows: the last step's advance gave them (for as many rows as
+        its grown window), unless a slot was admitted since or the step is wider (a CUDA graph's power of two)."""
+        nxt = self._next
+        if nxt is None or nxt[0].shape[1] < T:
+            return gather_inputs((self.seq, ptr, self._rows(0, T)))
+        ids, pos = nxt
+        if ids.shape[1] == T:
+            return ids, pos
+        # dense once here rather than copied by each compiled piece that takes them (a batch-1 slice is dense already)
+        return ids[:, :T].contiguous(), pos[:, :T].contiguous()
 
-        def model_step(seq: Tensor, ptr: Tensor, rows: Tensor, z: Tensor, *rest: Tensor) -> tuple[Any, ...]:
+    def _model_step(self, T: int, keys: int, ptr: Tensor, mix: list[Tensor]) -> tuple[Tensor, Tensor | None, Tensor]:
+        """1.-4. of a step over ``T`` window rows attending to ``keys`` positions: noise, P with momentum, r'
+        recurrences, C → states, embeddings, logits (one graph per T and keys)."""
+        run, rule, eta, ri = self.runner, self.rule, self.rule.eta, self.r_inner
+        noising = rule.beta > 0
+
+        def model_step(ids: Tensor, pos: Tensor, z: Tensor, *rest: Tensor) -> tuple[Any, ...]:
             e_prev, rest = (rest[0], rest[1:]) if eta > 0 else (None, rest)
             # a few operations: eagerly also on the compile path (a compiled program's call costs more than they do)
-            if noised:
-                ids, pos, z = gather_inputs(rule, (seq, ptr, rows, z, *rest))
-            else:
-                ids, pos = gather_inputs(rule, (seq, ptr, rows))
+            if noising:
+                z = noised(rule, (z, *rest))
             e = run.embed(ids, pos, keys)
             if eta > 0:  # e ← η·e_prev + (1 − η)·P(y); the window holds η·e_prev
                 e = e * (1 - eta) + e_prev
@@ -325,9 +341,9 @@ class DiffusionBatch:
             return z, e, run.decode(z, pos, keys)
 
         window = [self.z[:, :T]] + ([self.e[:, :T]] if eta > 0 else [])
-        noising = [self.age[:, :T], *mix] if noised else []
-        z, e, logits = run.graphed(f"diffusion-{self.tag}-k{keys}", model_step, self.seq, ptr, self._rows(0, T),
-                                   *window, *noising)
+        extra = [self.age[:, :T], *mix] if noising else []
+        z, e, logits = run.graphed(f"diffusion-{self.tag}-k{keys}", model_step, *self._inputs(T, ptr), *window,
+                                   *extra)
         return z, e if eta > 0 else None, logits
 
     def _advance(self, T: int, Tg: int, ptr: Tensor, z: Tensor, e: Tensor | None, logits: Tensor,

@@ -8,8 +8,9 @@ and with a recurrence budget or noise the state's sampler recurrences ``age``. F
 moves the window: row ``t`` of the next step comes from row ``t + shift`` of this one, one gather per buffer.
 Tokens and unchanged proposals are kept per absolute position.
 
-A step is two pure functions around the model call (P, r' recurrences, C): :func:`gather_inputs` and
-:func:`advance`. Each runs eagerly, as a compiled program (recdiff/engine/program.py) or inside a CUDA graph;
+A step is pure functions around the model call (P, r' recurrences, C): :func:`noised` (β > 0) before it and
+:func:`advance` after it, which also gives the next step's token ids and positions (:func:`gather_inputs` gives them
+for a step after an admission). Each runs eagerly, as a compiled program (recdiff/engine/program.py) or inside a CUDA graph;
 everything it depends on besides its tensors is in :class:`StepRule` (part of a compiled program's name), and no
 Python branch depends on a tensor's size or value. The host hands in each slot's pointers (``ptr``: start, W, the
 growth h, the previous shift), which it keeps from the step's one read-back (:data:`READ`), and the step's random
@@ -87,19 +88,20 @@ def piece(fn: Callable[[StepRule, tuple[Tensor, ...]], tuple[Tensor, ...]], rule
     return run
 
 
-def gather_inputs(rule: StepRule, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-    """The model's inputs for ``T`` window rows: token ids and absolute positions ``(B, T)``, and with β > 0 the
-    states noised, z ← (1 − β_t)·z + β_t·InitState(α), β_t by the schedule and the state's recurrences so far.
-    Args: ``seq``, ``ptr``, ``rows`` (1, T), and with β > 0 the window's states and ages ``(B, T, …)`` and (α > 0)
-    the noise."""
-    seq, ptr, rows, *noising = args
+def gather_inputs(args: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
+    """The model's inputs for ``T`` window rows: token ids and absolute positions ``(B, T)``. Args: ``seq``, ``ptr``,
+    ``rows`` (1, T). (:func:`advance` returns the same for the moved window; this serves a step after an admission.)"""
+    seq, ptr, rows = args
     pos = ptr[0] + rows  # (B, T)
-    ids = seq.gather(1, pos)
-    if rule.beta <= 0:
-        return ids, pos
-    z, age, *noise = noising
+    return seq.gather(1, pos), pos
+
+
+def noised(rule: StepRule, args: tuple[Tensor, ...]) -> Tensor:
+    """With β > 0, the window's states noised, z ← (1 − β_t)·z + β_t·InitState(α), β_t by the schedule and the
+    state's recurrences so far. Args: the states and ages ``(B, T, …)`` and (α > 0) the noise."""
+    z, age, *noise = args
     b_t = beta_per_position(rule.beta, rule.beta_schedule, age.to(z.dtype), rule.r)[..., None]
-    return ids, pos, (1 - b_t) * z + b_t * (noise[0] if rule.noise else torch.zeros_like(z))
+    return (1 - b_t) * z + b_t * (noise[0] if rule.noise else torch.zeros_like(z))
 
 
 def advance(rule: StepRule, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
@@ -194,7 +196,9 @@ def advance(rule: StepRule, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
         out["age"] = torch.where(kept, age.gather(1, at), 0)
 
     read = torch.cat([shift, tok], 1) if rule.tokens else torch.cat([shift], 1)
-    res = (*(out[k] for k in names), read)
+    # the next step's inputs from the moved window (its start is start + shift), so that no separate call gathers them
+    pos_next = start + shift + rows_g
+    res = (*(out[k] for k in names), read, seq.gather(1, pos_next), pos_next)
     return res if delta is None else (*res, delta)
 
 
