@@ -10,9 +10,9 @@ Tokens and unchanged proposals are kept per absolute position.
 
 A step is pure functions around the model call (P, r' recurrences, C): :func:`noised` (β > 0) before it and
 :func:`advance` after it, which also gives the next step's token ids and positions (:func:`gather_inputs` gives them
-for a step after an admission). Each runs eagerly, as a compiled program (recdiff/engine/program.py) or inside a CUDA graph;
-everything it depends on besides its tensors is in :class:`StepRule` (part of a compiled program's name), and no
-Python branch depends on a tensor's size or value. The host hands in each slot's pointers (``ptr``: start, W, the
+for a step after an admission). Each runs eagerly, as a compiled program (recdiff/engine/program.py) or inside a
+CUDA graph; everything it depends on besides its tensors is in :class:`StepRule` (part of a compiled program's name),
+and no Python branch depends on a tensor's size or value. The host hands in each slot's pointers (``ptr``: start, W, the
 growth h, the previous shift), which it keeps from the step's one read-back (:data:`READ`), and the step's random
 draws (α > 0, random headway ids, sampled proposals), made from each sequence's own stream. A slot without a live
 sequence has ``W = 0`` and ``h = 0``: every row is padding and nothing it writes is ever read.
@@ -92,7 +92,12 @@ def gather_inputs(args: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
     """The model's inputs for ``T`` window rows: token ids and absolute positions ``(B, T)``. Args: ``seq``, ``ptr``,
     ``rows`` (1, T). (:func:`advance` returns the same for the moved window; this serves a step after an admission.)"""
     seq, ptr, rows = args
-    pos = ptr[0] + rows  # (B, T)
+    return _window(seq, ptr[0], rows)
+
+
+def _window(seq: Tensor, start: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
+    """Token ids and absolute positions of the window rows ``rows`` from ``start`` (B, 1)."""
+    pos = start + rows  # (B, T)
     return seq.gather(1, pos), pos
 
 
@@ -197,8 +202,7 @@ def advance(rule: StepRule, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
 
     read = torch.cat([shift, tok], 1) if rule.tokens else torch.cat([shift], 1)
     # the next step's inputs from the moved window (its start is start + shift), so that no separate call gathers them
-    pos_next = start + shift + rows_g
-    res = (*(out[k] for k in names), read, seq.gather(1, pos_next), pos_next)
+    res = (*(out[k] for k in names), read, *_window(seq, start + shift, rows_g))
     return res if delta is None else (*res, delta)
 
 
