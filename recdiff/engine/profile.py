@@ -4,7 +4,9 @@ While :func:`profiling` is active it instruments, and restores on exit:
 
 - each given batch class's ``step`` (one sampler step over every occupied slot: :class:`~recdiff.engine.scheduler.SlotBatch`);
 - the model calls: the runner's pieces (``Runner.embed``, ``cores``, ``cores_exit``, ``decode``: P, R and C, eager or
-  compiled) and the model's own ``embed`` / ``core_step`` / ``decode`` called outside a runner;
+  compiled) and the model's own ``embed`` / ``core_step`` / ``decode`` called outside a runner; under CUDA graphs a
+  replayed model step (``Runner.graphed`` with ``model=True``), whose replay calls none of them from Python, the few
+  operations captured around P, R and C (a diffusion step's noise and momentum) included;
 - the reads of a device value by the host: ``item``, ``tolist``, ``numpy``, ``bool()``, ``int()``, ``float()``,
   ``__index__`` of a tensor. On a GPU each waits for the device (a host-device synchronisation); on a CPU it is
   where one would. Implicit synchronisations inside an operator (boolean-mask indexing, ``nonzero`` on a GPU) are
@@ -77,7 +79,7 @@ def profiling(step_classes: Iterable[type], device: torch.device | str = "cpu") 
     patches: list[tuple[type, str, Callable[..., Any]]] = []
     for cls in step_classes:
         patches.append((cls, "step", _timed_step))
-    patches += [(Runner, name, _timed_model) for name in RUNNER_CALLS]
+    patches += [(Runner, name, _timed_model) for name in RUNNER_CALLS] + [(Runner, "graphed", _timed_graph)]
     patches += [(RecurrentDepthModel, name, _timed_model) for name in MODEL_CALLS]
     patches += [(torch.Tensor, name, _counted_read) for name in READS]
     undo = [_patch(cls, name, make, state) for cls, name, make in patches]
@@ -142,6 +144,17 @@ def _timed_model(original: Callable[..., Any], state: _State) -> Callable[..., A
                 state.profile.step_model_s += dt
 
     return call
+
+
+def _timed_graph(original: Callable[..., Any], state: _State) -> Callable[..., Any]:
+    timed = _timed_model(original, state)
+
+    @functools.wraps(original)
+    def graphed(self: Runner, name: str, fn: Callable[..., Any], *inputs: Any, model: bool = True) -> Any:
+        call = timed if model and self.cuda_graphs else original
+        return call(self, name, fn, *inputs, model=model)
+
+    return graphed
 
 
 def _counted_read(original: Callable[..., Any], state: _State) -> Callable[..., Any]:

@@ -310,9 +310,11 @@ class Runner:
         return logits[at, last], z[at, last][:, None], steps
 
     # ------------------------------------------------------------------------------------------ CUDA graphs
-    def graphed(self, name: str, fn: Callable[..., Any], *inputs: Tensor) -> Any:
+    def graphed(self, name: str, fn: Callable[..., Any], *inputs: Tensor, model: bool = True) -> Any:
         """``fn(*inputs)``, replayed from a CUDA graph captured for these input shapes (and ``name``, which must
-        name everything else ``fn`` depends on) when this runner uses CUDA graphs; a plain call otherwise."""
+        name everything else ``fn`` depends on) when this runner uses CUDA graphs; a plain call otherwise.
+        ``model``: ``fn`` is a model call (P, R, C with the few operations around them), not the sampler's own work;
+        the step profile (:mod:`recdiff.engine.profile`) counts a replay by it, as a replay calls no Python."""
         if not self.cuda_graphs:
             return fn(*inputs)
         key = (name, *(tuple(t.shape) for t in inputs))

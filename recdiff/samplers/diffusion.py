@@ -356,7 +356,7 @@ class DiffusionBatch:
 
         return run.graphed("advance-diffusion-" + self.tag, advance_step, *(getattr(self, k) for k in self.names),
                            ptr, z, *([e] if e is not None else []), logits, self._rows(0, T), self._rows(1, T + 1),
-                           self._rows(0, Tg), *extra)
+                           self._rows(0, Tg), *extra, model=False)
 
     def capture_graphs(self, shortest: int, longest: int) -> None:
         """Under CUDA graphs, capture now every step graph that sequences of ``shortest`` to ``longest`` positions

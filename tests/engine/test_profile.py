@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from recdiff import generate
-from recdiff.engine.profile import Profile, profiling
-from recdiff.engine.runner import Runner
+from recdiff import generate, load_model
+from recdiff.engine.profile import MODEL_CALLS, RUNNER_CALLS, Profile, profiling
+from recdiff.engine.runner import Runner, _EmulatedGraph
 from recdiff.model import RecurrentDepthModel
 from recdiff.samplers.ar import ARBatch
 from recdiff.samplers.diffusion import DiffusionBatch
@@ -42,12 +42,12 @@ def test_reads_are_counted_inside_steps_only():
 def test_patches_are_undone():
     before = {name: getattr(torch.Tensor, name) for name in ("item", "tolist", "__bool__", "__index__")}
     owned = {name: name in vars(torch.Tensor) for name in before}
-    calls = (Runner.embed, Runner.cores, RecurrentDepthModel.core_step, DiffusionBatch.step)
+    calls = (Runner.embed, Runner.cores, Runner.graphed, RecurrentDepthModel.core_step, DiffusionBatch.step)
     with profiling(STEP_CLASSES):
         assert torch.Tensor.tolist is not before["tolist"] and DiffusionBatch.step is not calls[-1]
     assert {name: getattr(torch.Tensor, name) for name in before} == before
     assert {name: name in vars(torch.Tensor) for name in before} == owned
-    assert (Runner.embed, Runner.cores, RecurrentDepthModel.core_step, DiffusionBatch.step) == calls
+    assert (Runner.embed, Runner.cores, Runner.graphed, RecurrentDepthModel.core_step, DiffusionBatch.step) == calls
 
 
 def test_a_diffusion_run_profiles_every_step(load_fixture_model):
@@ -58,6 +58,41 @@ def test_a_diffusion_run_profiles_every_step(load_fixture_model):
     # the model calls of the steps are part of the steps; the prefill's are outside them
     assert 0 < prof.step_model_s < prof.step_s and prof.model_s > prof.step_model_s
     assert 0 < prof.own_share < 1
+
+
+def test_a_replayed_model_step_counts_as_a_model_call(monkeypatch):
+    """Under CUDA graphs a replay calls no model piece from Python (the device ran none on the GPU before the
+    profile knew replays: model 0%). Here the emulated replay hides the pieces as a CUDA graph does: the steps'
+    model time is the replayed model steps, and a diffusion step's advance (its own work) stays outside."""
+    model = load_model(RAVEN_TINY)
+    model.engine_options["emulate_graphs"] = True
+    unpatched = [(cls, name, getattr(cls, name)) for cls, names in ((Runner, RUNNER_CALLS),
+                                                                    (RecurrentDepthModel, MODEL_CALLS))
+                 for name in names]
+    replay, graphed = _EmulatedGraph.__call__, Runner.graphed
+
+    def opaque(self: _EmulatedGraph, *inputs: torch.Tensor):
+        patched = [(cls, name, getattr(cls, name)) for cls, name, _ in unpatched]
+        for cls, name, f in unpatched:
+            setattr(cls, name, f)
+        try:
+            return replay(self, *inputs)
+        finally:
+            for cls, name, f in patched:
+                setattr(cls, name, f)
+
+    kinds: dict[str, set[bool]] = {}
+
+    def recorded(self: Runner, name: str, fn, *inputs: torch.Tensor, model: bool = True):
+        kinds.setdefault(name.split("-")[0], set()).add(model)
+        return graphed(self, name, fn, *inputs, model=model)
+
+    monkeypatch.setattr(_EmulatedGraph, "__call__", opaque)
+    monkeypatch.setattr(Runner, "graphed", recorded)
+    with profiling(STEP_CLASSES) as prof:
+        res = generate(model, [5, 6, 7, 8], "diffusion", max_new_tokens=12, r=8, r_inner=2, stop_token_ids=[])
+    assert kinds == {"diffusion": {True}, "advance": {False}}
+    assert prof.steps == res.stats["steps"] and 0 < prof.step_model_s < prof.step_s
 
 
 # ------------------------------------------------------------------------------------------------ host reads per step

@@ -2,7 +2,8 @@
 # The prepared device check (tests/gpu/README.md): one run on a lent GPU machine, everything it prints under $OUT.
 #   run: bash tests/gpu/device_check.sh        (the fixtures travel in tests/fixtures: nothing to carry)
 # Each step has its own time limit so that the whole ends inside one device call (10 min), and a failing step
-# does not stop the next. STEPS picks steps (default: all): env gpu-tests bench bench-rest profile cpu-tests.
+# does not stop the next. STEPS picks steps (default: all): env gpu-tests bench bench-rest profile cpu-tests;
+# GPU_TESTS_S, BENCH_S, BENCH_REST_S, PROFILE_S and CPU_TESTS_S override their limits.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}.
 OUT=${OUT:-/tmp/recdiff-device}; mkdir -p "$OUT"
@@ -28,13 +29,13 @@ if step env; then
   cat "$OUT/env.txt"
 fi
 step gpu-tests && run gpu-tests ${GPU_TESTS_S:-300} $PYTEST tests/gpu -rA -n 8 --dist loadgroup
-step bench && run bench 130 python3 -m recdiff.bench --models huginn --device cuda --prompts 3 --max-new-tokens 32 \
+step bench && run bench ${BENCH_S:-130} python3 -m recdiff.bench --models huginn --device cuda --prompts 3 --max-new-tokens 32 \
   --samplers "static r=32,diffusion fixed r'=4,diffusion defaults,static r=8,speculative 4×4"
 # random weights need not converge: the adaptive row may run to its cap, so it runs apart, under its own limit
-step bench-rest && run bench-rest 50 python3 -m recdiff.bench --models huginn --device cuda --prompts 3 \
+step bench-rest && run bench-rest ${BENCH_REST_S:-50} python3 -m recdiff.bench --models huginn --device cuda --prompts 3 \
   --max-new-tokens 32 --samplers "adaptive ε=0.03"
-step profile && python3 -m recdiff.bench --help 2>/dev/null | grep -q -- --profile && run profile 60 python3 -m \
+step profile && python3 -m recdiff.bench --help 2>/dev/null | grep -q -- --profile && run profile ${PROFILE_S:-60} python3 -m \
   recdiff.bench --models huginn --device cuda --prompts 2 --max-new-tokens 16 --profile \
   --samplers "static r=32,diffusion defaults"
-step cpu-tests && run cpu-tests 100 $PYTEST tests/engine tests/core -rfE
+step cpu-tests && run cpu-tests ${CPU_TESTS_S:-100} $PYTEST tests/engine tests/core -rfE
 cat "$OUT/summary.txt"
