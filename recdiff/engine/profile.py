@@ -4,8 +4,9 @@ While :func:`profiling` is active it instruments, and restores on exit:
 
 - each given batch class's ``step`` (one sampler step over every occupied slot: :class:`~recdiff.engine.scheduler.SlotBatch`);
 - the model calls: the runner's pieces (``Runner.embed``, ``cores``, ``cores_exit``, ``decode``: P, R and C, eager or
-  compiled) and the model's own ``embed`` / ``core_step`` / ``decode`` called outside a runner; under CUDA graphs a
-  replayed model step (``Runner.graphed`` with ``model=True``), whose replay calls none of them from Python, the few
+  compiled; a diffusion step's momentum mix is part of P's call: :func:`~recdiff.engine.runner.momentum_piece`) and
+  the model's own ``embed`` / ``core_step`` / ``decode`` called outside a runner; under CUDA graphs a replayed model
+  step (``Runner.graphed`` with ``model=True``), whose replay calls none of them from Python, the few
   operations captured around P, R and C (a diffusion step's noise and momentum) included;
 - the reads of a device value by the host: ``item``, ``tolist``, ``numpy``, ``bool()``, ``int()``, ``float()``,
   ``__index__`` of a tensor. On a GPU each waits for the device (a host-device synchronisation); on a CPU it is

@@ -84,6 +84,19 @@ def embed_piece(model: RecurrentDepthModel, run: "Runner", args: tuple[Tensor, .
     return (model.embed(ids, _call(run, pos, keys, write, *rows), run.cache),)
 
 
+def momentum_piece(eta: float) -> Callable[..., tuple[Tensor, ...]]:
+    """P with the diffusion sampler's embedding momentum over every slot, e = (1 − η)·P(y) + η·e_prev, the caller
+    handing in η·e_prev. Compiled, the mix is one fused epilogue of P's program, where as two eager operations of its
+    own it cost a compiled batch-1 diffusion step more time than its advance kernel; eagerly it is those two
+    operations."""
+
+    def piece(model: RecurrentDepthModel, run: "Runner", args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        ids, eta_e_prev, pos, keys, write = args
+        return (model.embed(ids, _call(run, pos, keys, write), run.cache) * (1 - eta) + eta_e_prev,)
+
+    return piece
+
+
 def decode_piece(model: RecurrentDepthModel, run: "Runner", args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
     z, pos, keys, write, *rows = args
     return (model.decode(z, _call(run, pos, keys, write, *rows), run.cache),)
@@ -213,8 +226,13 @@ class Runner:
         return (pos, self.key_range[:keys], write), (() if rows is None else (rows,))
 
     def embed(self, ids: Tensor, pos: Tensor, keys: int, rows: Tensor | None = None,
-              write: Tensor | None = None) -> Tensor:
+              write: Tensor | None = None, momentum: tuple[float, Tensor] | None = None) -> Tensor:
+        """P; with ``momentum`` (η, η·e_prev), over every slot, mixed with the previous embeddings
+        (:func:`momentum_piece`)."""
         pkw, rows_arg = self._tail(pos, keys, write, rows)
+        if momentum is not None:
+            eta, eta_e_prev = momentum
+            return self.run(f"embed-eta{eta!r}", momentum_piece(eta), (ids, eta_e_prev, *pkw))[0]
         return self.run(f"embed{len(rows_arg)}", embed_piece, (ids, *pkw, *rows_arg))[0]
 
     def decode(self, z: Tensor, pos: Tensor, keys: int, rows: Tensor | None = None,

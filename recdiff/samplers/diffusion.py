@@ -170,6 +170,11 @@ class DiffusionBatch:
         # the next step's token ids and positions (B, Tg), as the last step's advance gave them; None after an
         # admission (which writes tokens and moves a slot's start): the next step gathers them itself
         self._next: tuple[Tensor, Tensor] | None = None
+        # the pointers a step hands in (PTR), written through a NumPy view of one host tensor: building a tensor from
+        # a list costs a compiled batch-1 step more than its advance kernel; on a GPU, copied into a device buffer
+        self._ptr_host = torch.from_numpy(np.zeros((len(PTR), B, 1), dtype=np.int64))
+        self._ptr_np = self._ptr_host.numpy().reshape(-1)
+        self._ptr = self._ptr_host if dev.type == "cpu" else torch.empty_like(self._ptr_host, device=dev)
 
     def check(self, index: int | None, prompt_len: int, max_new_tokens: int) -> None:
         check_fits(self.m, prompt_len, prompt_len + max_new_tokens + 1, index)
@@ -239,7 +244,7 @@ class DiffusionBatch:
         # the furthest query: the last padded row of the slot whose wavefront starts furthest
         keys = run.keys(max(start[b] for b in live) + T)
         mix, grow = self._draws(live, Wh, hh, T) if self.draws else ([], [])
-        ptr = torch.tensor(start + Wh + hh + lag, device=self.dev).view(len(PTR), B, 1)
+        ptr = self._pointers(start + Wh + hh + lag)
         z, e, logits = self._model_step(T, keys, ptr, mix)
         extra = ([] if rule.greedy else [self._select(logits, live, Wh)]) + grow
         out = self._advance(T, Tg, ptr, z, e, logits, extra)
@@ -272,6 +277,12 @@ class DiffusionBatch:
                 rec.done = True
             elif rec.steps >= rec.max_steps:
                 rec.stopped_by, rec.done, rec.hit_cap = "max_steps", True, True
+
+    def _pointers(self, values: list[int]) -> Tensor:
+        """The step's pointers ``(len(PTR), B, 1)`` from their values, row by row. The same tensor every step (nothing
+        keeps it past the step: the step's outputs are new tensors, a graph copies it into its own buffer)."""
+        self._ptr_np[:] = values
+        return self._ptr if self._ptr is self._ptr_host else self._ptr.copy_(self._ptr_host)
 
     def _noise(self, shape_rows: list[int], live: list[int], width: int = 1) -> Tensor:
         """Initial states for ``shape_rows[b]`` rows of each live slot, from its own stream (zeros at α = 0), in
@@ -331,12 +342,11 @@ class DiffusionBatch:
 
         def model_step(ids: Tensor, pos: Tensor, z: Tensor, *rest: Tensor) -> tuple[Any, ...]:
             e_prev, rest = (rest[0], rest[1:]) if eta > 0 else (None, rest)
-            # a few operations: eagerly also on the compile path (a compiled program's call costs more than they do)
+            # the noise: a few operations, eagerly also on the compile path (a program's call costs more than they do)
             if noising:
                 z = noised(rule, (z, *rest))
-            e = run.embed(ids, pos, keys)
-            if eta > 0:  # e ← η·e_prev + (1 − η)·P(y); the window holds η·e_prev
-                e = e * (1 - eta) + e_prev
+            # e ← η·e_prev + (1 − η)·P(y) (the window holds η·e_prev), inside P's call
+            e = run.embed(ids, pos, keys, momentum=None if e_prev is None else (eta, e_prev))
             z = run.cores(z, e, pos, keys, ri)
             return z, e, run.decode(z, pos, keys)
 

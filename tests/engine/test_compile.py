@@ -58,6 +58,8 @@ def test_compiled_gives_the_eager_tokens(compiled_model, load_fixture_model):
         assert [r.tokens for r in together] == want, sampler
     sampler, params = CONFIGS[-1]
     assert generate(compiled_model, ps[0], sampler, max_new_tokens=10, stop_token_ids=[], **params).tokens == want[0]
+    # every replay above called inductor's generated code itself (program.direct), as it can in this torch
+    assert all(p.direct is not None for run in compiled_model._runners.values() for p in run._programs.values())
 
 
 def test_no_compilation_after_warm_up_across_many_prompt_lengths(compiled_model):

@@ -1,6 +1,7 @@
 """The CPU compile path with the inductor settings users get (program.PATCHES: C++ wrapper, frozen weights, GEMM
-templates autotuned against MKL): a prompt's P, one recurrence and C, compiled, give the eager logits. The sampler
-cases run with quicker settings in test_compile.py; this file runs beside it (compiling is slow)."""
+templates autotuned against MKL): a prompt's P, one recurrence and C, compiled, give the eager logits, captured and
+replayed. The sampler cases run with quicker settings in test_compile.py; this file runs beside it (compiling is
+slow)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,13 @@ def test_the_shipped_inductor_settings_give_the_eager_logits(load_fixture_model)
         return run.recur(ids, pos, 1)
 
     got, want = logits(model), logits(eager)
-    assert Runner.get(model, 1, cache_length(model))._programs  # it really compiled
+    programs = Runner.get(model, 1, cache_length(model))._programs.values()
+    assert programs  # it really compiled
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     assert torch.equal(got.argmax(-1), want.argmax(-1))
+    # a replay calls inductor's generated code itself (program.direct), as it does with these settings in this torch,
+    # and gives the capture's logits
+    assert all(p.direct is not None for p in programs)
+    again = logits(model)
+    torch.testing.assert_close(again, want, rtol=1e-4, atol=1e-4)
+    assert torch.equal(again, got)

@@ -1,12 +1,12 @@
 """What every compiled call's arguments go through (:func:`recdiff.engine.program.prepare`): row-major strides, also
 in size-1 dimensions (a compiled graph asserts its inputs' strides), without a copy where a view has them, and the
-specialisation it keys a program on."""
+specialisation it keys a program on; and when a replay may call inductor's generated code directly."""
 
 from __future__ import annotations
 
 import torch
 
-from recdiff.engine.program import MANY_ROWS, prepare
+from recdiff.engine.program import MANY_ROWS, direct, prepare
 
 
 def test_a_batch_one_slice_of_a_buffer_becomes_a_view_with_row_major_strides():
@@ -41,3 +41,41 @@ def test_the_signature_names_dtype_size_one_dimensions_and_the_row_class():
     assert sig[0] is True and sig[1] == (torch.float32, (False, False, False))
     # sizes other than 1 do not enter it: one graph for every width
     assert prepare((torch.zeros(1, 4, 8), ids))[1] == prepare((few, torch.zeros(1, 9, dtype=torch.long)))[1]
+
+
+# ---------------------------------------------------------------------------------------------- direct calls
+def _compiled(outputs, n_params=0, preserved=None):
+    """A stand-in for what compile_fx returns, closures shaped as torch's: a runtime wrapper holding the graph
+    module's parameters and, with frozen weights, freezing's kept indices, around a graph whose generated code
+    returns ``outputs(inputs)``."""
+
+    class Graph:
+        def __init__(self) -> None:
+            self.current_callable = lambda inputs: outputs(inputs)
+
+    graph, params_buffers_flat, preserved_arg_indices = Graph(), [None] * n_params, preserved
+
+    def inner(args):
+        return graph.current_callable([args[i] for i in preserved_arg_indices] if preserved_arg_indices else args)
+
+    def forward(*args):
+        return inner([*params_buffers_flat, *args])
+
+    return forward
+
+
+def test_the_generated_code_is_called_directly_only_where_it_gives_the_captures_outputs():
+    x = torch.arange(4.0)
+    double = lambda inputs: [inputs[0] * 2]  # noqa: E731
+    want = [x * 2]
+    call = direct(_compiled(double), [x], want)
+    assert call is not None and torch.equal(call([x])[0], want[0])
+    # frozen weights: freezing kept exactly the program's own inputs after the module's parameters
+    assert direct(_compiled(double, n_params=3, preserved=[3]), [x], want) is not None
+    # other values (inputs in another order), an output added (a mutated input the wrapper copies back), parameters
+    # the generated code still expects, a kept subset of the inputs: the full path
+    assert direct(_compiled(lambda inputs: [inputs[0] * 3]), [x], want) is None
+    assert direct(_compiled(lambda inputs: [inputs[0] * 2, inputs[0]]), [x], want) is None
+    assert direct(_compiled(double, n_params=2), [x], want) is None
+    assert direct(_compiled(double, n_params=1, preserved=[2]), [x, x], [x * 2]) is None
+    assert direct(lambda *a: None, [x], want) is None  # no generated code found
