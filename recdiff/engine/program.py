@@ -122,7 +122,7 @@ class Program:
     def __init__(self, fn: Fn, model: Any, cache: Any, patches: dict[str, Any] | None = None) -> None:
         self.fn, self.model, self.cache, self.patches = fn, model, cache, patches or {}
         self.compiled: Callable[..., Any] | None = None
-        self.gather: Callable[[tuple[Tensor, ...], list[Any]], tuple[Any, ...]] | None = None
+        self.gather: Callable[[tuple[Tensor, ...], list[Any]], list[Any]] | None = None
         self.fixed: list[Any] = []
         # inductor's generated ``call(inputs)``, where the layers around it do nothing for this graph (:func:`direct`)
         self.direct: Callable[[list[Any]], Any] | None = None

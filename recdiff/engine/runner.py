@@ -92,7 +92,7 @@ def momentum_piece(eta: float) -> Callable[..., tuple[Tensor, ...]]:
 
     def piece(model: RecurrentDepthModel, run: "Runner", args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
         ids, eta_e_prev, pos, keys, write = args
-        return (model.embed(ids, _call(run, pos, keys, write), run.cache) * (1 - eta) + eta_e_prev,)
+        return (embed_piece(model, run, (ids, pos, keys, write))[0] * (1 - eta) + eta_e_prev,)
 
     return piece
 
