@@ -65,7 +65,7 @@ class Profile:
 
 
 class _State:
-    def __init__(self, profile: Profile, sync: Callable[[], None]) -> None:
+    def __init__(self, profile: Profile, sync: Callable[[], None] | None) -> None:
         self.profile, self.sync = profile, sync
         self.in_step = self.in_model = 0
 
@@ -75,7 +75,8 @@ def profiling(step_classes: Iterable[type], device: torch.device | str = "cpu") 
     """Instrument sampler steps, model calls and host reads (module docstring); yields the :class:`Profile` that
     accumulates them."""
     device = torch.device(device)
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    # only a GPU's boundaries wait for the device (on a CPU nothing is called: the wrappers' own time counts too)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
     state = _State(Profile(), sync)
     patches: list[tuple[type, str, Callable[..., Any]]] = []
     for cls in step_classes:
@@ -111,13 +112,15 @@ def _timed_step(original: Callable[..., Any], state: _State) -> Callable[..., An
     def step(self: Any, *args: Any, **kwargs: Any) -> Any:
         if state.in_step:
             return original(self, *args, **kwargs)
-        state.sync()
+        if state.sync:
+            state.sync()
         state.in_step += 1
         t0 = time.perf_counter()
         try:
             return original(self, *args, **kwargs)
         finally:
-            state.sync()
+            if state.sync:
+                state.sync()
             p = state.profile
             p.step_s += time.perf_counter() - t0
             p.steps += 1
@@ -131,13 +134,15 @@ def _timed_model(original: Callable[..., Any], state: _State) -> Callable[..., A
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         if state.in_model:
             return original(self, *args, **kwargs)
-        state.sync()
+        if state.sync:
+            state.sync()
         state.in_model += 1
         t0 = time.perf_counter()
         try:
             return original(self, *args, **kwargs)
         finally:
-            state.sync()
+            if state.sync:
+                state.sync()
             dt = time.perf_counter() - t0
             state.in_model -= 1
             state.profile.model_s += dt

@@ -43,8 +43,10 @@ from each sequence's own stream.
 
 from __future__ import annotations
 
+import functools
+import operator
+import struct
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
@@ -95,6 +97,7 @@ class _Slot:
     hit_cap: bool = False
     done: bool = False
     stopped_by: str = "length"
+    recorder: "_TraceRecorder | None" = None  # only for sequences asked to be traced
 
     @property
     def steps(self) -> int:
@@ -152,9 +155,11 @@ class DiffusionBatch:
                              epsilon=p["epsilon"], r_freeze=self.r_freeze, greedy=opts.select.greedy,
                              tokens=bool(opts.stop.ids or opts.stop.strings), pad_id=p["pad_id"])
         self.names = state_names(self.rule)
+        self._state = operator.attrgetter(*self.names)  # the state as a tuple, in order (one call a step)
         # program and graph names: the rule's every constant (formatted once: a dataclass repr costs a step's tenth)
         self.tag = str(self.rule)
         self._after = piece(advance, self.rule)
+        self._advance_name = "advance-" + self.tag
         # draws between steps: fresh, noise or new states (α > 0), random ids for headway extras
         self.draws = self.alpha > 0 or (self.h > 1 and p["pad_id"] is None)
         # the device state (diffusion_step.state_names)
@@ -167,13 +172,17 @@ class DiffusionBatch:
         self.host: list[_Slot | None] = [None] * B
         self.rows = torch.arange(self.Tw + 1, device=dev)
         self._views: dict[tuple[int, int], Tensor] = {}
+        self._row_sets: dict[int, tuple[Tensor, Tensor, Tensor]] = {}  # T → advance's rows, rows_next, rows_g
+        self._dense: dict[tuple[int, int], tuple[tuple[int, ...], tuple[int, ...]]] = {}  # (T, E) → a view's layout
         # the next step's token ids and positions (B, Tg), as the last step's advance gave them; None after an
         # admission (which writes tokens and moves a slot's start): the next step gathers them itself
         self._next: tuple[Tensor, Tensor] | None = None
-        # the pointers a step hands in (PTR), written through a NumPy view of one host tensor: building a tensor from
-        # a list costs a compiled batch-1 step more than its advance kernel; on a GPU, copied into a device buffer
+        # the pointers a step hands in (PTR), packed into the memory of one host tensor (struct: half the cost of a
+        # NumPy assignment from a list; building a tensor from a list costs a compiled batch-1 step more than its
+        # advance kernel); on a GPU, copied into a device buffer
         self._ptr_host = torch.from_numpy(np.zeros((len(PTR), B, 1), dtype=np.int64))
-        self._ptr_np = self._ptr_host.numpy().reshape(-1)
+        self._ptr_pack = functools.partial(struct.Struct(f"={len(PTR) * B}q").pack_into,
+                                           self._ptr_host.numpy().reshape(-1).data.cast("B"), 0)
         self._ptr = self._ptr_host if dev.type == "cpu" else torch.empty_like(self._ptr_host, device=dev)
 
     def check(self, index: int | None, prompt_len: int, max_new_tokens: int) -> None:
@@ -221,7 +230,7 @@ class DiffusionBatch:
                     max_len=min(self.m.config.block_size, L + req.max_new_tokens + self.cap + self.h + 1),
                     n_frozen=L + 1, seq_end=L + 1, frozen_at=[0],
                     tokens=[first], done=req.max_new_tokens <= 1)  # done: the prefill's token is all that was asked
-        req.data = {**req.data, "recorder": _TraceRecorder(L) if req.data.get("trace") else None}
+        rec.recorder = _TraceRecorder(L) if req.data.get("trace") else None
         self.req[b], self.host[b] = req, rec
 
     # ------------------------------------------------------------------------------------------ one step
@@ -232,27 +241,31 @@ class DiffusionBatch:
         return [b for b, rec in enumerate(self.host) if rec is not None and rec.done]
 
     def _step(self, live: list[int]) -> None:
-        run, rule, host = self.runner, self.rule, self.host
+        run, rule, host, cap, h = self.runner, self.rule, self.host, self.cap, self.h
         B = self.slots
         start, Wh, hh, lag = [0] * B, [0] * B, [0] * B, [0] * B  # a slot without a live sequence: no rows
         for b in live:  # growth: the headway, unless the wavefront (or the block) is full
             rec = host[b]
-            start[b], Wh[b], lag[b] = rec.n_frozen - 1, rec.W, rec.lag
-            hh[b] = max(0, min(self.cap - rec.W, self.h, rec.max_len - (rec.n_frozen - 1 + rec.W)))
+            s, W = rec.n_frozen - 1, rec.W
+            start[b], Wh[b], lag[b] = s, W, rec.lag
+            hh[b] = max(0, min(cap - W, h, rec.max_len - s - W))
         T = run.width(max(Wh), self.Tw)  # a few static shapes under CUDA graphs
-        Tg = min(self.Tw, T + self.h)
-        # the furthest query: the last padded row of the slot whose wavefront starts furthest
-        keys = run.keys(max(start[b] for b in live) + T)
+        Tg = min(self.Tw, T + h)
+        # the furthest query: the last padded row of the slot whose wavefront starts furthest (a free slot's is 0)
+        keys = run.keys(max(start) + T)
         mix, grow = self._draws(live, Wh, hh, T) if self.draws else ([], [])
         ptr = self._pointers(start + Wh + hh + lag)
         z, e, logits = self._model_step(T, keys, ptr, mix)
         extra = ([] if rule.greedy else [self._select(logits, live, Wh)]) + grow
         out = self._advance(T, Tg, ptr, z, e, logits, extra)
-        for k, v in zip(self.names, out):
-            if k in WINDOW and run.cuda_graphs:  # a graph's buffers keep their shapes: the window's first Tg rows
-                getattr(self, k)[:, :Tg] = v
-            else:  # eager or compiled: the next step's rows are among these Tg (its wavefronts are no wider)
-                setattr(self, k, v)
+        if run.cuda_graphs:  # a graph's buffers keep their shapes: the window's first Tg rows
+            for k, v in zip(self.names, out):
+                if k in WINDOW:
+                    getattr(self, k)[:, :Tg] = v
+                else:
+                    setattr(self, k, v)
+        else:  # eager or compiled: the next step's rows are among these Tg (its wavefronts are no wider)
+            self.__dict__.update(zip(self.names, out))
         n = len(self.names)
         read = out[n].tolist()  # the step's one read-back
         self._next = out[n + 1], out[n + 2]
@@ -262,10 +275,9 @@ class DiffusionBatch:
             rec, row = host[b], read[b]
             shift, before, lag = row[0], rec.n_frozen, rec.lag
             rec.advanced(shift, Wh[b], hh[b])
-            recorder = self.req[b].data["recorder"]
-            if recorder is not None:
+            if rec.recorder is not None:
                 compared = Wh[b] - lag if rule.reference else Wh[b]
-                self._record(b, recorder, None if delta is None else delta[b, : max(compared, 0)], before - 1)
+                self._record(b, rec.recorder, None if delta is None else delta[b, : max(compared, 0)], before - 1)
             if shift and rule.tokens:  # the newly frozen tokens against the stops
                 rec.tokens += row[1 : 1 + shift]
                 stopped = stop(rec.tokens, before - rec.L)
@@ -275,13 +287,13 @@ class DiffusionBatch:
                 continue
             if rec.n_frozen - rec.L >= rec.max_new:
                 rec.done = True
-            elif rec.steps >= rec.max_steps:
+            elif len(rec.spans) >= rec.max_steps:
                 rec.stopped_by, rec.done, rec.hit_cap = "max_steps", True, True
 
     def _pointers(self, values: list[int]) -> Tensor:
         """The step's pointers ``(len(PTR), B, 1)`` from their values, row by row. The same tensor every step (nothing
         keeps it past the step: the step's outputs are new tensors, a graph copies it into its own buffer)."""
-        self._ptr_np[:] = values
+        self._ptr_pack(*values)
         return self._ptr if self._ptr is self._ptr_host else self._ptr.copy_(self._ptr_host)
 
     def _noise(self, shape_rows: list[int], live: list[int], width: int = 1) -> Tensor:
@@ -329,44 +341,65 @@ class DiffusionBatch:
         if nxt is None or nxt[0].shape[1] < T:
             return gather_inputs((self.seq, ptr, self._rows(0, T)))
         ids, pos = nxt
-        if ids.shape[1] == T:
-            return ids, pos
-        # dense once here rather than copied by each compiled piece that takes them (a batch-1 slice is dense already)
-        return ids[:, :T].contiguous(), pos[:, :T].contiguous()
+        return self._first_rows(ids, T, 0), self._first_rows(pos, T, 0)
+
+    def _first_rows(self, t: Tensor, T: int, E: int) -> Tensor:
+        """The first ``T`` rows (dimension 1) of a window tensor ``(B, rows)`` (``E`` = 0) or ``(B, rows, E)``,
+        dense: for one slot a view made directly with row-major strides (as_strided: half a slice's cost, which on a
+        compiled batch-1 step is felt, and no strides left for the compiled pieces to fix); for several, copied once
+        here rather than by each compiled piece that takes it."""
+        if t.shape[1] == T:
+            return t
+        if self.slots > 1 or not t.is_contiguous():
+            return t.narrow(1, 0, T).contiguous()
+        spec = self._dense.get((T, E))
+        if spec is None:
+            spec = self._dense[(T, E)] = ((1, T, E), (T * E, E, 1)) if E else ((1, T), (T, 1))
+        return t.as_strided(*spec)
 
     def _model_step(self, T: int, keys: int, ptr: Tensor, mix: list[Tensor]) -> tuple[Tensor, Tensor | None, Tensor]:
         """1.-4. of a step over ``T`` window rows attending to ``keys`` positions: noise, P with momentum, r'
-        recurrences, C → states, embeddings, logits (one graph per T and keys)."""
-        run, rule, eta, ri = self.runner, self.rule, self.rule.eta, self.r_inner
-        noising = rule.beta > 0
+        recurrences, C → states, embeddings, logits (under CUDA graphs: one graph per T and keys)."""
+        run, rule = self.runner, self.rule
+        E, first = self.E, self._first_rows
+        inputs = (*self._inputs(T, ptr), first(self.z, T, E), *([first(self.e, T, E)] if rule.eta > 0 else []),
+                  *([first(self.age, T, 0), *mix] if rule.beta > 0 else []))
+        if run.cuda_graphs:
+            z, e, logits = run.graphed(f"diffusion-{self.tag}-k{keys}", functools.partial(self._model_call, keys),
+                                       *inputs)
+        else:
+            z, e, logits = self._model_call(keys, *inputs)
+        return z, e if rule.eta > 0 else None, logits
 
-        def model_step(ids: Tensor, pos: Tensor, z: Tensor, *rest: Tensor) -> tuple[Any, ...]:
-            e_prev, rest = (rest[0], rest[1:]) if eta > 0 else (None, rest)
-            # the noise: a few operations, eagerly also on the compile path (a program's call costs more than they do)
-            if noising:
-                z = noised(rule, (z, *rest))
-            # e ← η·e_prev + (1 − η)·P(y) (the window holds η·e_prev), inside P's call
-            e = run.embed(ids, pos, keys, momentum=None if e_prev is None else (eta, e_prev))
-            z = run.cores(z, e, pos, keys, ri)
-            return z, e, run.decode(z, pos, keys)
-
-        window = [self.z[:, :T]] + ([self.e[:, :T]] if eta > 0 else [])
-        extra = [self.age[:, :T], *mix] if noising else []
-        z, e, logits = run.graphed(f"diffusion-{self.tag}-k{keys}", model_step, *self._inputs(T, ptr), *window,
-                                   *extra)
-        return z, e if eta > 0 else None, logits
+    def _model_call(self, keys: int, ids: Tensor, pos: Tensor, z: Tensor, *rest: Tensor) -> tuple[Tensor, ...]:
+        """The model's part of a step: noise, P with momentum, r' recurrences, C (:meth:`_model_step`'s inputs)."""
+        run, rule, eta = self.runner, self.rule, self.rule.eta
+        e_prev, rest = (rest[0], rest[1:]) if eta > 0 else (None, rest)
+        # the noise: a few operations, eagerly also on the compile path (a program's call costs more than they do)
+        if rule.beta > 0:
+            z = noised(rule, (z, *rest))
+        # e ← η·e_prev + (1 − η)·P(y) (the window holds η·e_prev), inside P's call
+        e = run.embed(ids, pos, keys, momentum=None if e_prev is None else (eta, e_prev))
+        z = run.cores(z, e, pos, keys, self.r_inner)
+        return z, e, run.decode(z, pos, keys)
 
     def _advance(self, T: int, Tg: int, ptr: Tensor, z: Tensor, e: Tensor | None, logits: Tensor,
                  extra: list[Tensor]) -> tuple[Tensor, ...]:
-        """5.-6. of a step (:func:`recdiff.samplers.diffusion_step.advance`), one graph per shape."""
-        run, after, name = self.runner, self._after, "advance-" + self.tag
+        """5.-6. of a step (:func:`recdiff.samplers.diffusion_step.advance`), one graph per shape. Compiled, its
+        specialisation is known here (the runner's slots; compiled widths are at least 2; the new states' noise may
+        have one row): handed to the runner, which then skips its pass over the 11-odd arguments."""
+        run, after, name = self.runner, self._after, self._advance_name
+        rows = self._row_sets.get(T)
+        if rows is None:
+            rows = self._row_sets[T] = (self._rows(0, T), self._rows(1, T + 1), self._rows(0, Tg))
+        args = (*self._state(self), ptr, z, *([e] if e is not None else []), logits, *rows, *extra)
+        if not run.cuda_graphs:
+            return run.run(name, after, args, SMALL, (extra[-1].shape[1] == 1,) if self.rule.noise else ())
 
         def advance_step(*args: Tensor) -> tuple[Tensor, ...]:
             return run.run(name, after, args, SMALL)
 
-        return run.graphed("advance-diffusion-" + self.tag, advance_step, *(getattr(self, k) for k in self.names),
-                           ptr, z, *([e] if e is not None else []), logits, self._rows(0, T), self._rows(1, T + 1),
-                           self._rows(0, Tg), *extra, model=False)
+        return run.graphed("advance-diffusion-" + self.tag, advance_step, *args, model=False)
 
     def capture_graphs(self, shortest: int, longest: int) -> None:
         """Under CUDA graphs, capture now every step graph that sequences of ``shortest`` to ``longest`` positions
@@ -433,7 +466,7 @@ class DiffusionBatch:
             "kv_cache_bytes": self.runner.cache.bytes_per_slot(),
             "ideal_speedup": (self.r + 1) / (self.r_inner + 1),
         }
-        recorder = req.data.get("recorder")
+        recorder = rec.recorder
         return GenerationResult(tokens=tokens, stats=stats, trace=recorder.finish() if recorder else None,
                                 stopped_by=rec.stopped_by)
 

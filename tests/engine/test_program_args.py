@@ -1,12 +1,17 @@
 """What every compiled call's arguments go through (:func:`recdiff.engine.program.prepare`): row-major strides, also
 in size-1 dimensions (a compiled graph asserts its inputs' strides), without a copy where a view has them, and the
-specialisation it keys a program on; and when a replay may call inductor's generated code directly."""
+specialisation it keys a program on; what a caller that hands in its own specialisation is held to; and when a replay
+may call inductor's generated code directly."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from recdiff import load_model
 from recdiff.engine.program import MANY_ROWS, direct, prepare
+from recdiff.engine.runner import Runner, cache_length
+from tests.conftest import need_fixtures
 
 
 def test_a_batch_one_slice_of_a_buffer_becomes_a_view_with_row_major_strides():
@@ -41,6 +46,32 @@ def test_the_signature_names_dtype_size_one_dimensions_and_the_row_class():
     assert sig[0] is True and sig[1] == (torch.float32, (False, False, False))
     # sizes other than 1 do not enter it: one graph for every width
     assert prepare((torch.zeros(1, 4, 8), ids))[1] == prepare((few, torch.zeros(1, 9, dtype=torch.long)))[1]
+
+
+def test_a_callers_own_signature_serves_prepares_program_and_is_held_to_it():
+    """``Runner.run(..., sig=...)`` skips prepare() on the hot path; the suite checks every such call (conftest sets
+    CHECK_EVERY = 1), and a caller whose arguments stray from what its signature promised fails in one line."""
+    model = load_model(need_fixtures(), compile=True)
+    model.engine_options["inductor"] = {"cpp_wrapper": False, "max_autotune": False, "freezing": False}
+    run = Runner.get(model, 1, cache_length(model))
+
+    def mix(model, runner, args):
+        return (args[0] * 2 + args[1],)
+
+    x, y = torch.randn(1, 3, 4), torch.randn(1, 3, 4)
+    assert torch.equal(run.run("mix", mix, (x, y), sig=("rows",))[0], x * 2 + y)
+    wide = torch.randn(1, 7, 4)
+    assert torch.equal(run.run("mix", mix, (wide, wide), sig=("rows",))[0], wide * 3)
+    # the program prepare() keys for these arguments: one capture serves both ways of calling
+    assert torch.equal(run.run("mix", mix, (y, x))[0], y * 2 + x)
+    assert len([k for k in run._programs if k[0] == "mix"]) == 1
+    one = torch.randn(1, 1, 4)  # a size-1 dimension the signature does not tell apart
+    with pytest.raises(RuntimeError, match="signature"):
+        run.run("mix", mix, (one, one), sig=("rows",))
+    assert torch.equal(run.run("mix", mix, (one, one), sig=("one row",))[0], one * 3)
+    strided = torch.randn(1, 4, 3).transpose(1, 2)  # not contiguous: prepare would copy it
+    with pytest.raises(RuntimeError, match="signature"):
+        run.run("mix", mix, (strided, y), sig=("rows",))
 
 
 # ---------------------------------------------------------------------------------------------- direct calls
