@@ -287,7 +287,7 @@ class DiffusionBatch:
                 continue
             if rec.n_frozen - rec.L >= rec.max_new:
                 rec.done = True
-            elif len(rec.spans) >= rec.max_steps:
+            elif rec.steps >= rec.max_steps:
                 rec.stopped_by, rec.done, rec.hit_cap = "max_steps", True, True
 
     def _pointers(self, values: list[int]) -> Tensor:
