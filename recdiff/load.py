@@ -150,7 +150,7 @@ def load_model(path_or_hub_id: str | os.PathLike, device: str | torch.device = "
     """Load a Huginn-layout checkpoint (folder or hub id) → eval-mode model, with ``.tokenizer`` when present.
 
     ``compile=True`` makes the engine compile its steps (CPU: ``torch.compile`` of P, R and C; CUDA: CUDA graphs of
-    whole sampler steps); see :mod:`recdiff.engine.runner`."""
+    whole sampler steps, each layer's elementwise work fused); see :mod:`recdiff.engine.runner`."""
     folder = resolve_checkpoint(path_or_hub_id)
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -185,7 +185,9 @@ def load_model(path_or_hub_id: str | os.PathLike, device: str | torch.device = "
     model.eval().requires_grad_(False)
     model.tokenizer = load_tokenizer(folder)
     model.source = str(path_or_hub_id)  # type: ignore[attr-defined]
-    model.engine_options = {"compile": bool(compile)}
+    from recdiff.engine.runner import set_compile
+
+    set_compile(model, compile)  # CUDA: fused kernels where Triton runs
     return model
 
 

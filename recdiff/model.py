@@ -18,21 +18,36 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from recdiff import fused
 from recdiff.cache import Call, SlotKV
 from recdiff.config import RecurrentConfig
 
 KV = tuple[SlotKV, Call, int, "int | Tensor"]  # cache, call, layer slot, recurrence step (per_step planes)
 
 
+def rms_norm(x: Tensor, weight: Tensor, eps: float, residual: Tensor | None = None) -> Tensor:
+    """``x`` (plus ``residual``) normalised in float32 whatever the weights' dtype, times ``weight``."""
+    if residual is not None:
+        x = x + residual
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).type_as(x) * weight
+
+
+def silu_gate(a: Tensor, b: Tensor) -> Tensor:
+    return F.silu(a) * b
+
+
 class RMSNorm(nn.Module):
+    fused = False  # each call one kernel (recdiff/fused.py); set by RecurrentDepthModel.set_fused
+
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
-    def forward(self, x: Tensor) -> Tensor:
-        xf = x.float()  # normalise in float32 whatever the weights' dtype
-        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
+    def forward(self, x: Tensor, residual: Tensor | None = None) -> Tensor:
+        """norm(x + residual): the add is the norm's first operation (one kernel with it when fused)."""
+        return (fused.compiled(rms_norm) if self.fused else rms_norm)(x, self.weight, self.eps, residual)
 
 
 def rope_table(head_dim: int, length: int, base: float) -> Tensor:
@@ -42,8 +57,11 @@ def rope_table(head_dim: int, length: int, base: float) -> Tensor:
     return torch.stack([ang.cos()[None, :, None, :], ang.sin()[None, :, None, :]], dim=4)
 
 
-def apply_rope(q: Tensor, k: Tensor, freqs: Tensor) -> tuple[Tensor, Tensor]:
-    """Rotate adjacent pairs (2i, 2i+1) of every head; q, k: ``(B, T, H, D)``, computed in float32."""
+def apply_rope(q: Tensor, k: Tensor, freqs: Tensor, bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Rotate adjacent pairs (2i, 2i+1) of every head; q, k: ``(B, T, H, D)``, computed in float32; ``bias``
+    (``(2, 1, H, D)``, Huginn's qk_bias) is added to q and k first."""
+    if bias is not None:
+        q, k = q + bias[0], k + bias[1]
     qk = torch.cat([q, k], dim=2).unflatten(-1, (-1, 2)).float()  # (B, T, Hq+Hk, D/2, 2)
     cos, sin = freqs[..., 0], freqs[..., 1]
     out = torch.stack([qk[..., 0] * cos - qk[..., 1] * sin, qk[..., 1] * cos + qk[..., 0] * sin], -1).flatten(3)
@@ -75,6 +93,8 @@ def cached_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, gqa: bool) -
 
 
 class Attention(nn.Module):
+    fused = False  # q/k bias and RoPE in one kernel
+
     def __init__(self, cfg: RecurrentConfig) -> None:
         super().__init__()
         self.n_head, self.n_kv, self.hd = cfg.n_heads, cfg.num_key_value_heads, cfg.head_dim
@@ -89,9 +109,7 @@ class Attention(nn.Module):
         q = q.view(B, T, self.n_head, self.hd)
         k = k.view(B, T, self.n_kv, self.hd)
         v = v.view(B, T, self.n_kv, self.hd)
-        if self.qk_bias is not None:
-            q, k = q + self.qk_bias[0], k + self.qk_bias[1]  # per head, before RoPE
-        q, k = apply_rope(q, k, freqs)
+        q, k = (fused.compiled(apply_rope) if self.fused else apply_rope)(q, k, freqs, self.qk_bias)
         if kv is None:  # no cache: plain causal attention over the call's own positions
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
             y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, enable_gqa=self.n_kv != self.n_head)
@@ -103,6 +121,8 @@ class Attention(nn.Module):
 
 
 class GatedMLP(nn.Module):
+    fused = False  # the SiLU gate in one kernel
+
     def __init__(self, cfg: RecurrentConfig) -> None:
         super().__init__()
         self.fc = nn.Linear(cfg.n_embd, 2 * cfg.intermediate_size, bias=False)
@@ -110,7 +130,7 @@ class GatedMLP(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         a, b = self.fc(x).chunk(2, dim=-1)
-        return self.proj(F.silu(a) * b)
+        return self.proj((fused.compiled(silu_gate) if self.fused else silu_gate)(a, b))
 
 
 class SandwichBlock(nn.Module):
@@ -124,8 +144,8 @@ class SandwichBlock(nn.Module):
         self.norm_4 = RMSNorm(cfg.n_embd, cfg.norm_eps)
 
     def forward(self, x: Tensor, freqs: Tensor, kv: KV | None) -> Tensor:
-        x = self.norm_2(self.attn(self.norm_1(x), freqs, kv) + x)
-        return self.norm_4(self.mlp(self.norm_3(x)) + x)
+        x = self.norm_2(self.attn(self.norm_1(x), freqs, kv), x)
+        return self.norm_4(self.mlp(self.norm_3(x)), x)
 
 
 class RecurrentDepthModel(nn.Module):
@@ -149,6 +169,12 @@ class RecurrentDepthModel(nn.Module):
         self.register_buffer("freqs_cis", rope_table(c.head_dim, c.block_size, c.rope_base), persistent=False)
         self.tokenizer = None  # set by recdiff.load_model when the checkpoint folder has one
         self.engine_options: dict = {}  # set by recdiff.load_model(compile=...): how the engine runs this model
+
+    def set_fused(self, on: bool) -> None:
+        """Each layer's norms, RoPE and SiLU gate as one compiled kernel apiece (:mod:`recdiff.fused`), or plain."""
+        for m in self.modules():
+            if hasattr(type(m), "fused"):
+                m.fused = on
 
     # ---------------------------------------------------------------------------------------------- weights
     @torch.no_grad()

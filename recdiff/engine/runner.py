@@ -29,6 +29,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from recdiff import fused
 from recdiff.cache import Call, SlotKV, make_call
 from recdiff.engine.program import Program, internals, prepare
 from recdiff.model import RecurrentDepthModel, relative_change, rope_table
@@ -36,9 +37,11 @@ from recdiff.model import RecurrentDepthModel, relative_change, rope_table
 
 def set_compile(model: RecurrentDepthModel, compile: bool) -> None:
     """Switch how the engine runs ``model`` (what ``recdiff.load_model(..., compile=...)`` sets). On a CPU, a torch
-    too old for the compile path fails here, in one line (:func:`recdiff.engine.program.internals`)."""
+    too old for the compile path fails here, in one line (:func:`recdiff.engine.program.internals`). On CUDA the
+    steps replay from CUDA graphs, with each layer's elementwise work fused where Triton runs (:mod:`recdiff.fused`)."""
     if compile and model.device.type == "cpu":
         internals()
+    model.set_fused(bool(compile) and fused.available(model.device.type))
     model.engine_options = {**model.engine_options, "compile": bool(compile)}
 
 

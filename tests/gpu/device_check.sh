@@ -2,14 +2,17 @@
 # The prepared device check (tests/gpu/README.md): one run on a lent GPU machine, everything it prints under $OUT.
 #   run: bash tests/gpu/device_check.sh        (the fixtures travel in tests/fixtures: nothing to carry)
 # Each step has its own time limit so that the whole ends inside one device call (10 min), and a failing step
-# does not stop the next. STEPS picks steps (default: env gpu-tests bench bench-rest profile, at most 500 s: one
-# 540 s call; cpu-tests, the CPU compile tests on the machine's torch, needs more than a call has left and is asked
-# for by name); GPU_TESTS_S, BENCH_S, BENCH_REST_S, PROFILE_S and CPU_TESTS_S override their limits. Measured on an
+# does not stop the next. STEPS picks steps (default: env bench bench-plain gpu-tests bench-rest profile, at most
+# 590 s: one call; cpu-tests, the CPU compile tests on the machine's torch, needs more than a call has left and is asked
+# for by name); GPU_TESTS_S, BENCH_S, BENCH_PLAIN_S, BENCH_REST_S, PROFILE_S and CPU_TESTS_S override their limits,
+# BENCH_SAMPLERS the bench step's rows. Measured on an
 # H200 (docs/gpu.md): gpu-tests 193 s, bench 130+ s, bench-rest 36 s, profile 36 s.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}.
 OUT=${OUT:-/tmp/recdiff-device}; mkdir -p "$OUT"
-STEPS=${STEPS:-env gpu-tests bench bench-rest profile}
+STEPS=${STEPS:-env bench bench-plain gpu-tests bench-rest profile}
+DEFAULT_SAMPLERS="static r=32,diffusion fixed r'=4,diffusion defaults,static r=8,speculative 4×4"
+BENCH_SAMPLERS=${BENCH_SAMPLERS:-$DEFAULT_SAMPLERS}
 # no hydra on the device machine: its pytest plugin is absent there; here, keep it from loading
 PYTEST="python3 -m pytest -p no:hydra_pytest -p no:cacheprovider -p tests.gpu.live_report -v -o console_output_style=classic"
 # a test that hangs fails alone (pytest-timeout, where installed) instead of taking the step's limit
@@ -27,12 +30,18 @@ run() {  # run NAME LIMIT_S CMD...: the step's output in $OUT/NAME.log, its exit
 if step env; then
   { nvidia-smi; python3 -c "import sys, torch, transformers, numpy, safetensors; print(sys.version); print('torch',
     torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__, 'numpy', numpy.__version__,
-    'safetensors', safetensors.__version__); print(torch.cuda.get_device_name(0))"; nproc; } > "$OUT/env.txt" 2>&1
+    'safetensors', safetensors.__version__); print(torch.cuda.get_device_name(0))"; nproc
+    python3 -c "from recdiff import fused; print('fused kernels (recdiff/fused.py):', fused.available('cuda'))"
+  } > "$OUT/env.txt" 2>&1
   cat "$OUT/env.txt"
 fi
-step gpu-tests && run gpu-tests ${GPU_TESTS_S:-250} $PYTEST tests/gpu -rA -n 8 --dist loadgroup
+# the benchmark first: its figures come back even where a test step runs to its limit
 step bench && run bench ${BENCH_S:-150} python3 -m recdiff.bench --models huginn --device cuda --prompts 3 --max-new-tokens 32 \
-  --samplers "static r=32,diffusion fixed r'=4,diffusion defaults,static r=8,speculative 4×4"
+  --samplers "$BENCH_SAMPLERS"
+# the same two bound rows with each layer's elementwise work unfused (recdiff/fused.py off): the fusion's effect
+step bench-plain && RECDIFF_FUSE=0 run bench-plain ${BENCH_PLAIN_S:-90} python3 -m recdiff.bench --models huginn \
+  --device cuda --prompts 3 --max-new-tokens 32 --samplers "static r=32,diffusion fixed r'=4"
+step gpu-tests && run gpu-tests ${GPU_TESTS_S:-250} $PYTEST tests/gpu -rA -n 8 --dist loadgroup
 # random weights need not converge: the adaptive row may run to its cap, so it runs apart, under its own limit
 step bench-rest && run bench-rest ${BENCH_REST_S:-40} python3 -m recdiff.bench --models huginn --device cuda --prompts 3 \
   --max-new-tokens 32 --samplers "adaptive ε=0.03"
