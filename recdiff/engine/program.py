@@ -119,8 +119,10 @@ def prepare(args: tuple[Tensor, ...]) -> tuple[tuple[Tensor, ...], tuple]:
 class Program:
     """``fn`` compiled for one specialisation; call it with ``args`` of that specialisation only."""
 
-    def __init__(self, fn: Fn, model: Any, cache: Any, patches: dict[str, Any] | None = None) -> None:
+    def __init__(self, fn: Fn, model: Any, cache: Any, patches: dict[str, Any] | None = None,
+                 static: tuple[tuple[int, ...], ...] | None = None) -> None:
         self.fn, self.model, self.cache, self.patches = fn, model, cache, patches or {}
+        self.static = static  # per argument, the dimensions kept static (the caller's constants: slots, S, E, V)
         self.compiled: Callable[..., Any] | None = None
         self.gather: Callable[[tuple[Tensor, ...], list[Any]], list[Any]] | None = None
         self.fixed: list[Any] = []
@@ -160,9 +162,10 @@ class Program:
 
         # only the arguments' dimensions vary; weights and KV buffers keep static shapes (a symbolic size is one more
         # input to convert on every call)
-        for a in args:
+        static = self.static or ((),) * len(args)
+        for a, fixed in zip(args, static, strict=True):
             for d, size in enumerate(a.shape):
-                if size != 1:
+                if size != 1 and d not in fixed:
                     api.maybe_mark_dynamic(a, d)
         fn = torch.compile(piece, backend=backend, dynamic=False, fullgraph=True)
         # PATCHES hold while dynamo traces too: with freezing on, parameters become graph constants, not inputs

@@ -159,7 +159,8 @@ class Runner:
         if self.compiled:
             internals()  # a torch without the compile path's private API: one line, before any compute
         self._programs: dict[tuple, Program] = {}
-        self._vouched_programs: dict[tuple, list] = {}  # (name, a caller's sig) → [program, prepare's sig, calls]
+        # (name, a caller's sig) → [program, prepare's sig, calls, the static dimensions' sizes]
+        self._vouched_programs: dict[tuple, list] = {}
         # whole steps replayed from graphs: CUDA graphs when compiling on a GPU; "emulate_graphs" replays the same
         # static-buffer protocol without CUDA, so the graph path's bookkeeping is tested on a CPU
         emulate = bool(model.engine_options.get("emulate_graphs"))
@@ -196,17 +197,20 @@ class Runner:
 
     # ------------------------------------------------------------------------------------------ running a piece
     def run(self, name: str, fn: Callable[..., tuple[Tensor, ...]], args: tuple[Tensor, ...],
-            patches: dict[str, Any] | None = None, sig: tuple | None = None) -> tuple[Tensor, ...]:
+            patches: dict[str, Any] | None = None, sig: tuple | None = None,
+            static: tuple[tuple[int, ...], ...] | None = None) -> tuple[Tensor, ...]:
         """``fn(model, self, args)``: eagerly, or as the compiled program of ``name`` (which must name every
         constant ``fn`` depends on) for this specialisation of ``args``, compiled with inductor's ``patches`` over
         :data:`~recdiff.engine.program.PATCHES` (e.g. :data:`SMALL`). A caller that knows its arguments'
-        specialisation hands it in as ``sig`` (:meth:`_vouched`) and skips :func:`prepare`'s pass over them."""
+        specialisation hands it in as ``sig`` (:meth:`_vouched`) and skips :func:`prepare`'s pass over them; with
+        it, ``static`` may name per argument the dimensions that are this runner's constants (slots, cache length,
+        model widths), compiled as fixed sizes (fewer sizes to pass, loops of known length)."""
         if not self.compiled:
             return fn(self.model, self, args)
         if sig is not None:
             entry = self._vouched_programs.get((name, sig))
             if entry is None or entry[2] % CHECK_EVERY == 0:
-                entry = self._vouched(name, sig, fn, args, patches)
+                entry = self._vouched(name, sig, fn, args, patches, static)
             entry[2] += 1
             return entry[0](args)
         args, psig = prepare(args)
@@ -217,7 +221,7 @@ class Runner:
         return prog(args)
 
     def _vouched(self, name: str, sig: tuple, fn: Callable[..., tuple[Tensor, ...]], args: tuple[Tensor, ...],
-                 patches: dict[str, Any] | None) -> list:
+                 patches: dict[str, Any] | None, static: tuple[tuple[int, ...], ...] | None = None) -> list:
         """The ``[program, prepare's signature, calls]`` entry of a caller's own ``sig``, checked against
         :func:`prepare` (on its first call and every :data:`CHECK_EVERY`-th after): the caller vouches that its
         arguments are contiguous as they are (a batch-1 view's odd stride in a size-1 dimension is never read) and
@@ -225,14 +229,17 @@ class Runner:
         _, psig = prepare(args)
         key = (name, sig)
         entry = self._vouched_programs.get(key)
-        if not all(a.is_contiguous() for a in args) or (entry is not None and entry[1] != psig):
+        if not all(a.is_contiguous() for a in args) or (entry is not None and entry[1] != psig) or (
+                entry is not None and static and entry[3] != _sizes(args, static)):
             raise RuntimeError(f"{name[:60]}: arguments other than their caller's signature {sig} says "
                                f"(shapes {[tuple(a.shape) for a in args]})")
         if entry is None:
-            prog = self._programs.get((name, psig))
+            # a program with static dimensions is its own: an unvouched call of the same name must not get it
+            pkey = (name, psig) if static is None else (name, psig, static)
+            prog = self._programs.get(pkey)
             if prog is None:
-                prog = self._programs[(name, psig)] = Program(fn, self.model, self, patches)
-            entry = self._vouched_programs[key] = [prog, psig, 0]
+                prog = self._programs[pkey] = Program(fn, self.model, self, patches, static)
+            entry = self._vouched_programs[key] = [prog, psig, 0, _sizes(args, static) if static else None]
         return entry
 
     def keys(self, needed: int) -> int:
@@ -387,6 +394,11 @@ class Runner:
                 self._call_memo = None
 
         return own
+
+
+def _sizes(args: tuple[Tensor, ...], static: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    """The sizes of ``args``' static dimensions (what a program compiled with them as constants assumes)."""
+    return tuple(a.shape[d] for a, dims in zip(args, static, strict=True) for d in dims)
 
 
 class _Graphed:

@@ -158,8 +158,17 @@ class DiffusionBatch:
         self._state = operator.attrgetter(*self.names)  # the state as a tuple, in order (one call a step)
         # program and graph names: the rule's every constant (formatted once: a dataclass repr costs a step's tenth)
         self.tag = str(self.rule)
-        self._after = piece(advance, self.rule)
-        self._advance_name = "advance-" + self.tag
+        # advance as a program, untraced and traced (δ returned: only while a live sequence records a trace)
+        self._after = {False: piece(functools.partial(advance, traced=False), self.rule), True: piece(advance, self.rule)}
+        self._advance_name = {False: "advance-" + self.tag, True: "advance-traced-" + self.tag}
+        self._traced = 0  # live sequences recording a trace
+        # advance's dimensions that are constants of this batch (slots, cache length, model width, vocabulary; the
+        # pointers' shape): compiled as fixed sizes. Its arguments: the state, ptr, z, e, logits, three row ranges,
+        # the extras (sampled proposals, new states' noise)
+        per_name = {"seq": (0, 1), "unchanged": (0, 1), "z": (0, 2), "e": (0, 2), "age": (0,)}
+        self._advance_static = (*(per_name[k] for k in self.names), (0, 1, 2), (0, 2),
+                                *([(0, 2)] if self.rule.eta > 0 else []), (0, 2), (0,), (0,), (0,),
+                                *([] if self.rule.greedy else [(0,)]), *([(0, 2)] if self.rule.noise else []))
         # draws between steps: fresh, noise or new states (α > 0), random ids for headway extras
         self.draws = self.alpha > 0 or (self.h > 1 and p["pad_id"] is None)
         # the device state (diffusion_step.state_names)
@@ -231,6 +240,7 @@ class DiffusionBatch:
                     n_frozen=L + 1, seq_end=L + 1, frozen_at=[0],
                     tokens=[first], done=req.max_new_tokens <= 1)  # done: the prefill's token is all that was asked
         rec.recorder = _TraceRecorder(L) if req.data.get("trace") else None
+        self._traced += rec.recorder is not None
         self.req[b], self.host[b] = req, rec
 
     # ------------------------------------------------------------------------------------------ one step
@@ -269,7 +279,7 @@ class DiffusionBatch:
         n = len(self.names)
         read = out[n].tolist()  # the step's one read-back
         self._next = out[n + 1], out[n + 2]
-        delta = out[n + 3] if rule.adaptive else None
+        delta = out[n + 3] if rule.adaptive and self._traced else None
         stop = self.opts.stop.first_stop
         for b in live:
             rec, row = host[b], read[b]
@@ -388,18 +398,20 @@ class DiffusionBatch:
         """5.-6. of a step (:func:`recdiff.samplers.diffusion_step.advance`), one graph per shape. Compiled, its
         specialisation is known here (the runner's slots; compiled widths are at least 2; the new states' noise may
         have one row): handed to the runner, which then skips its pass over the 11-odd arguments."""
-        run, after, name = self.runner, self._after, self._advance_name
+        traced = self._traced > 0
+        run, after, name = self.runner, self._after[traced], self._advance_name[traced]
         rows = self._row_sets.get(T)
         if rows is None:
             rows = self._row_sets[T] = (self._rows(0, T), self._rows(1, T + 1), self._rows(0, Tg))
         args = (*self._state(self), ptr, z, *([e] if e is not None else []), logits, *rows, *extra)
         if not run.cuda_graphs:
-            return run.run(name, after, args, SMALL, (extra[-1].shape[1] == 1,) if self.rule.noise else ())
+            return run.run(name, after, args, SMALL, (extra[-1].shape[1] == 1,) if self.rule.noise else (),
+                           self._advance_static)
 
         def advance_step(*args: Tensor) -> tuple[Tensor, ...]:
             return run.run(name, after, args, SMALL)
 
-        return run.graphed("advance-diffusion-" + self.tag, advance_step, *args, model=False)
+        return run.graphed(name, advance_step, *args, model=False)
 
     def capture_graphs(self, shortest: int, longest: int) -> None:
         """Under CUDA graphs, capture now every step graph that sequences of ``shortest`` to ``longest`` positions
@@ -442,6 +454,7 @@ class DiffusionBatch:
     # ------------------------------------------------------------------------------------------ result
     def finish(self, slot: int) -> GenerationResult:
         req, rec, self.req[slot], self.host[slot] = self.req[slot], self.host[slot], None, None
+        self._traced -= rec.recorder is not None
         b, L = slot, rec.L
         end = max(rec.n_frozen, rec.seq_end) if rec.hit_cap else rec.n_frozen
         # at the step cap, the unfrozen proposals are still the model's best guess: return them, flagged

@@ -109,7 +109,7 @@ def noised(rule: StepRule, args: tuple[Tensor, ...]) -> Tensor:
     return (1 - b_t) * z + b_t * (noise[0] if rule.noise else torch.zeros_like(z))
 
 
-def advance(rule: StepRule, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+def advance(rule: StepRule, args: tuple[Tensor, ...], traced: bool = True) -> tuple[Tensor, ...]:
     """Steps 4-6 of the sampler after the model call, for every slot at once: the proposals, the freeze decision
     (δ per state, k*, the recurrence budget), growth by h states, the window's move.
 
@@ -117,8 +117,8 @@ def advance(rule: StepRule, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
     momentum the embeddings ``e`` it used, ``logits`` (B, T, V); the row numbers ``rows`` (1, T) (0 … T-1),
     ``rows_next`` (1, T) (1 … T) and ``rows_g`` (1, Tg) (0 … Tg-1: the grown window, Tg > T or Tg = T = the window);
     the rule's extras: sampled proposals, new states' noise. Returns the new state (the window buffers as their first
-    Tg rows), the read-back ``(B, k)`` (:data:`READ`) and, with adaptive freezing, δ ``(B, T)`` (for traces). Every
-    returned tensor is new."""
+    Tg rows), the read-back ``(B, k)`` (:data:`READ`) and, with adaptive freezing and ``traced``, δ ``(B, T)`` (for
+    traces; one output less to allocate on every untraced step). Every returned tensor is new."""
     names = state_names(rule)
     s = dict(zip(names, args))
     ptr, z, *rest = args[len(names):]
@@ -203,7 +203,7 @@ def advance(rule: StepRule, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
     read = torch.cat([shift, tok], 1) if rule.tokens else torch.cat([shift], 1)
     # the next step's inputs from the moved window (its start is start + shift), so that no separate call gathers them
     res = (*(out[k] for k in names), read, *_window(seq, start + shift, rows_g))
-    return res if delta is None else (*res, delta)
+    return res if delta is None or not traced else (*res, delta)
 
 
 def _relative_change(new: Tensor, old: Tensor) -> Tensor:

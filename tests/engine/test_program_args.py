@@ -72,6 +72,14 @@ def test_a_callers_own_signature_serves_prepares_program_and_is_held_to_it():
     strided = torch.randn(1, 4, 3).transpose(1, 2)  # not contiguous: prepare would copy it
     with pytest.raises(RuntimeError, match="signature"):
         run.run("mix", mix, (strided, y), sig=("rows",))
+    # static dimensions: compiled as constants (a program of its own), any row count; another width fails
+    static = ((0, 2), (0, 2))
+    for n in (3, 5):
+        a, b = torch.randn(1, n, 4), torch.randn(1, n, 4)
+        assert torch.equal(run.run("mix", mix, (a, b), sig=("static",), static=static)[0], a * 2 + b)
+    assert len([k for k in run._programs if k[0] == "mix" and len(k) == 3]) == 1  # one, keyed with its dimensions
+    with pytest.raises(RuntimeError, match="signature"):
+        run.run("mix", mix, (torch.randn(1, 3, 6), torch.randn(1, 3, 6)), sig=("static",), static=static)
 
 
 # ---------------------------------------------------------------------------------------------- direct calls
