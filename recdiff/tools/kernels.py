@@ -16,6 +16,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from recdiff import generate
+from recdiff.errors import RecdiffError
 from recdiff.engine.runner import set_compile
 from recdiff.tools.bench import bench_prompts, build
 
@@ -78,4 +79,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except RecdiffError as e:  # bad input (a model name): one line, no traceback
+        raise SystemExit(f"error: {e}") from None
