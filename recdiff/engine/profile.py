@@ -3,8 +3,9 @@
 While :func:`profiling` is active it instruments, and restores on exit:
 
 - each given batch class's ``step`` (one sampler step over every occupied slot: :class:`~recdiff.engine.scheduler.SlotBatch`);
-- the model calls: the runner's pieces (``Runner.embed``, ``cores``, ``cores_exit``, ``decode``: P, R and C, eager or
-  compiled; a diffusion step's momentum mix is part of P's call: :func:`~recdiff.engine.runner.momentum_piece`) and
+- the model calls: the runner's pieces (``Runner.embed``, ``embed_window``, ``cores``, ``cores_exit``, ``decode``:
+  P, R and C, eager or compiled; a diffusion step's P takes its window's token ids, positions, states and momentum
+  mix from the batch state inside its call: :func:`~recdiff.engine.runner.window_piece`) and
   the model's own ``embed`` / ``core_step`` / ``decode`` called outside a runner; under CUDA graphs a replayed model
   step (``Runner.graphed`` with ``model=True``), whose replay calls none of them from Python, the few
   operations captured around P, R and C (a diffusion step's noise and momentum) included;
@@ -30,7 +31,7 @@ import torch
 from recdiff.engine.runner import Runner
 from recdiff.model import RecurrentDepthModel
 
-RUNNER_CALLS = ("embed", "cores", "cores_exit", "decode")
+RUNNER_CALLS = ("embed", "embed_window", "cores", "cores_exit", "decode")
 MODEL_CALLS = ("embed", "core_step", "decode")
 READS = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__")
 

@@ -23,6 +23,7 @@ Runners are cached per model and shape, so warm-up is paid once per process, not
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -90,15 +91,23 @@ def embed_piece(model: RecurrentDepthModel, run: "Runner", args: tuple[Tensor, .
     return (model.embed(ids, _call(run, pos, keys, write, *rows), run.cache),)
 
 
-def momentum_piece(eta: float) -> Callable[..., tuple[Tensor, ...]]:
-    """P with the diffusion sampler's embedding momentum over every slot, e = (1 − η)·P(y) + η·e_prev, the caller
-    handing in η·e_prev. Compiled, the mix is one fused epilogue of P's program, where as two eager operations of its
-    own it cost a compiled batch-1 diffusion step more time than its advance kernel; eagerly it is those two
-    operations."""
+@functools.cache
+def window_piece(eta: float) -> Callable[..., tuple[Tensor, ...]]:
+    """P over a diffusion step's window, over every slot, taking its inputs from the batch state: the token ids and
+    absolute positions of the window rows ``rows`` (B, T) from each slot's start (``ptr[0]``); with η > 0 the
+    embedding momentum e = (1 − η)·P(y) + η·e_prev, the caller handing in the step's rows of the window's η·e_prev.
+    Returns (e, the positions). Compiled, the gather and the mix are one program with P, where as
+    eager views and operations of their own they cost a compiled batch-1 diffusion step more than the gather itself
+    (the window's states stay out: a copy of them inside the program measured slower than a view outside it);
+    eagerly they are those few operations."""
 
     def piece(model: RecurrentDepthModel, run: "Runner", args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-        ids, eta_e_prev, pos, keys, write = args
-        return (embed_piece(model, run, (ids, pos, keys, write))[0] * (1 - eta) + eta_e_prev,)
+        rows, seq, ptr, *eta_e_prev, keys, write = args
+        pos = ptr[0] + rows
+        e = embed_piece(model, run, (seq.gather(1, pos), pos, keys, write))[0]
+        if eta_e_prev:  # (B, T, E), as the rows (sliced here, a window's row count would be specialised on)
+            e = e * (1 - eta) + eta_e_prev[0]
+        return e, pos
 
     return piece
 
@@ -266,14 +275,21 @@ class Runner:
         return (pos, self.key_range[:keys], write), (() if rows is None else (rows,))
 
     def embed(self, ids: Tensor, pos: Tensor, keys: int, rows: Tensor | None = None,
-              write: Tensor | None = None, momentum: tuple[float, Tensor] | None = None) -> Tensor:
-        """P; with ``momentum`` (η, η·e_prev), over every slot, mixed with the previous embeddings
-        (:func:`momentum_piece`)."""
+              write: Tensor | None = None) -> Tensor:
+        """P."""
         pkw, rows_arg = self._tail(pos, keys, write, rows)
-        if momentum is not None:
-            eta, eta_e_prev = momentum
-            return self.run(f"embed-eta{eta!r}", momentum_piece(eta), (ids, eta_e_prev, *pkw))[0]
         return self.run(f"embed{len(rows_arg)}", embed_piece, (ids, *pkw, *rows_arg))[0]
+
+    def embed_window(self, rows: Tensor, seq: Tensor, ptr: Tensor, keys: int,
+                     momentum: tuple[float, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+        """P over a diffusion step's window rows ``rows`` (B, T) (0 … T-1 in each: the program's rows, as for every
+        piece, are its first argument's) of every slot, from the token ids ``seq`` (B, S) and
+        the pointers ``ptr`` (its first row: each slot's start); with ``momentum`` (η, the step's rows of the window's
+        η·e_prev) mixed with the previous embeddings (:func:`window_piece`). Returns e (B, T, E) and the positions
+        (B, T)."""
+        eta, eta_e_prev = momentum if momentum is not None else (0.0, None)
+        args = (rows, seq, ptr, *(() if eta_e_prev is None else (eta_e_prev,)), self.key_range[:keys], self.write_all)
+        return self.run(f"window-eta{eta!r}", window_piece(eta), args)  # type: ignore[return-value]
 
     def decode(self, z: Tensor, pos: Tensor, keys: int, rows: Tensor | None = None,
                write: Tensor | None = None) -> Tensor:

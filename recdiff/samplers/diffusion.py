@@ -58,7 +58,7 @@ from recdiff.engine.scheduler import Request
 from recdiff.checks import validate
 from recdiff.params import DiffusionParams
 from recdiff.samplers.base import GenerationResult, Options, check_fits
-from recdiff.samplers.diffusion_step import (PTR, StepRule, advance, beta_per_position, gather_inputs, noised,
+from recdiff.samplers.diffusion_step import (PTR, StepRule, advance, beta_per_position, noised,
                                              piece, state_names)
 from recdiff.trace import DiffusionTrace
 
@@ -182,10 +182,8 @@ class DiffusionBatch:
         self.rows = torch.arange(self.Tw + 1, device=dev)
         self._views: dict[tuple[int, int], Tensor] = {}
         self._row_sets: dict[int, tuple[Tensor, Tensor, Tensor]] = {}  # T → advance's rows, rows_next, rows_g
+        self._row_grids: dict[int, Tensor] = {}  # T → P's window rows (B, T)
         self._dense: dict[tuple[int, int], tuple[tuple[int, ...], tuple[int, ...]]] = {}  # (T, E) → a view's layout
-        # the next step's token ids and positions (B, Tg), as the last step's advance gave them; None after an
-        # admission (which writes tokens and moves a slot's start): the next step gathers them itself
-        self._next: tuple[Tensor, Tensor] | None = None
         # the pointers a step hands in (PTR), packed into the memory of one host tensor (struct: half the cost of a
         # NumPy assignment from a list; building a tensor from a list costs a compiled batch-1 step more than its
         # advance kernel); on a GPU, copied into a device buffer
@@ -225,7 +223,6 @@ class DiffusionBatch:
     def _admit(self, b: int, req: Request, first: int, z_last: Tensor, e_first: Tensor | None) -> None:
         p, L = self.p, len(req.prompt)
         self.seq[b, : L + 1] = torch.tensor(req.prompt + [first], device=self.dev)
-        self._next = None
         self.unchanged[b] = 0
         # the state for position L, which predicts token L+1 (the rows after it are padding until grown into)
         self.z[b, 0] = self.m.initial_state(z_last, self.alpha, req.generator)[0, 0]
@@ -278,8 +275,7 @@ class DiffusionBatch:
             self.__dict__.update(zip(self.names, out))
         n = len(self.names)
         read = out[n].tolist()  # the step's one read-back
-        self._next = out[n + 1], out[n + 2]
-        delta = out[n + 3] if rule.adaptive and self._traced else None
+        delta = out[n + 1] if rule.adaptive and self._traced else None
         stop = self.opts.stop.first_stop
         for b in live:
             rec, row = host[b], read[b]
@@ -344,20 +340,50 @@ class DiffusionBatch:
                 grow = [self._noise(hh, live)]
         return mix, grow
 
-    def _inputs(self, T: int, ptr: Tensor) -> tuple[Tensor, Tensor]:
-        """Token ids and positions of the step's ``T`` rows: the last step's advance gave them (for as many rows as
-        its grown window), unless a slot was admitted since or the step is wider (a CUDA graph's power of two)."""
-        nxt = self._next
-        if nxt is None or nxt[0].shape[1] < T:
-            return gather_inputs((self.seq, ptr, self._rows(0, T)))
-        ids, pos = nxt
-        return self._first_rows(ids, T, 0), self._first_rows(pos, T, 0)
+    def _model_step(self, T: int, keys: int, ptr: Tensor, mix: list[Tensor]) -> tuple[Tensor, Tensor | None, Tensor]:
+        """1.-4. of a step over ``T`` window rows attending to ``keys`` positions: noise, P with momentum, r'
+        recurrences, C → states, embeddings, logits (under CUDA graphs: one graph per T and keys). P's call takes its
+        token ids and positions from ``seq`` and the window's start
+        (:meth:`~recdiff.engine.runner.Runner.embed_window`)."""
+        run, rule = self.runner, self.rule
+        E, first, rows = self.E, self._first_rows, self._window_rows(T)
+        if run.cuda_graphs:  # a graph's inputs are copied into its own buffers: only the step's rows
+            inputs = (self.seq, ptr, self.z[:, :T], *([self.e[:, :T]] if rule.eta > 0 else []),
+                      *([self.age[:, :T], *mix] if rule.beta > 0 else []))
+            z, e, logits = run.graphed(f"diffusion-{self.tag}-k{keys}", functools.partial(self._model_call, keys, rows),
+                                       *inputs)
+        else:
+            inputs = (self.seq, ptr, first(self.z, T, E), *([first(self.e, T, E)] if rule.eta > 0 else []),
+                      *([first(self.age, T, 0), *mix] if rule.beta > 0 else []))
+            z, e, logits = self._model_call(keys, rows, *inputs)
+        return z, e if rule.eta > 0 else None, logits
+
+    def _model_call(self, keys: int, rows: Tensor, seq: Tensor, ptr: Tensor, z: Tensor, *rest: Tensor
+                    ) -> tuple[Tensor, ...]:
+        """The model's part of a step: noise, P with momentum, r' recurrences, C (:meth:`_model_step`'s inputs: the
+        step's rows of the window's states, momentum term and ages, then the noise)."""
+        run, rule, eta = self.runner, self.rule, self.rule.eta
+        e_prev, rest = (rest[0], rest[1:]) if eta > 0 else (None, rest)
+        # the noise: a few operations, eagerly also on the compile path (a program's call costs more than they do)
+        if rule.beta > 0:
+            z = noised(rule, (z, *rest))
+        # e ← η·e_prev + (1 − η)·P(y) (the window holds η·e_prev), inside P's call
+        e, pos = run.embed_window(rows, seq, ptr, keys, None if e_prev is None else (eta, e_prev))
+        z = run.cores(z, e, pos, keys, self.r_inner)
+        return z, e, run.decode(z, pos, keys)
+
+    def _window_rows(self, T: int) -> Tensor:
+        """``0 … T-1`` for every slot, ``(B, T)`` (one tensor per T)."""
+        rows = self._row_grids.get(T)
+        if rows is None:
+            rows = self._row_grids[T] = self.rows[:T].expand(self.slots, T).contiguous()
+        return rows
 
     def _first_rows(self, t: Tensor, T: int, E: int) -> Tensor:
         """The first ``T`` rows (dimension 1) of a window tensor ``(B, rows)`` (``E`` = 0) or ``(B, rows, E)``,
-        dense: for one slot a view made directly with row-major strides (as_strided: half a slice's cost, which on a
-        compiled batch-1 step is felt, and no strides left for the compiled pieces to fix); for several, copied once
-        here rather than by each compiled piece that takes it."""
+        dense: for one slot a view made directly with row-major strides (as_strided with a cached layout: no strides
+        left for the compiled pieces to fix); for several, copied once here rather than by each compiled piece that
+        takes it."""
         if t.shape[1] == T:
             return t
         if self.slots > 1 or not t.is_contiguous():
@@ -366,32 +392,6 @@ class DiffusionBatch:
         if spec is None:
             spec = self._dense[(T, E)] = ((1, T, E), (T * E, E, 1)) if E else ((1, T), (T, 1))
         return t.as_strided(*spec)
-
-    def _model_step(self, T: int, keys: int, ptr: Tensor, mix: list[Tensor]) -> tuple[Tensor, Tensor | None, Tensor]:
-        """1.-4. of a step over ``T`` window rows attending to ``keys`` positions: noise, P with momentum, r'
-        recurrences, C → states, embeddings, logits (under CUDA graphs: one graph per T and keys)."""
-        run, rule = self.runner, self.rule
-        E, first = self.E, self._first_rows
-        inputs = (*self._inputs(T, ptr), first(self.z, T, E), *([first(self.e, T, E)] if rule.eta > 0 else []),
-                  *([first(self.age, T, 0), *mix] if rule.beta > 0 else []))
-        if run.cuda_graphs:
-            z, e, logits = run.graphed(f"diffusion-{self.tag}-k{keys}", functools.partial(self._model_call, keys),
-                                       *inputs)
-        else:
-            z, e, logits = self._model_call(keys, *inputs)
-        return z, e if rule.eta > 0 else None, logits
-
-    def _model_call(self, keys: int, ids: Tensor, pos: Tensor, z: Tensor, *rest: Tensor) -> tuple[Tensor, ...]:
-        """The model's part of a step: noise, P with momentum, r' recurrences, C (:meth:`_model_step`'s inputs)."""
-        run, rule, eta = self.runner, self.rule, self.rule.eta
-        e_prev, rest = (rest[0], rest[1:]) if eta > 0 else (None, rest)
-        # the noise: a few operations, eagerly also on the compile path (a program's call costs more than they do)
-        if rule.beta > 0:
-            z = noised(rule, (z, *rest))
-        # e ← η·e_prev + (1 − η)·P(y) (the window holds η·e_prev), inside P's call
-        e = run.embed(ids, pos, keys, momentum=None if e_prev is None else (eta, e_prev))
-        z = run.cores(z, e, pos, keys, self.r_inner)
-        return z, e, run.decode(z, pos, keys)
 
     def _advance(self, T: int, Tg: int, ptr: Tensor, z: Tensor, e: Tensor | None, logits: Tensor,
                  extra: list[Tensor]) -> tuple[Tensor, ...]:

@@ -8,14 +8,15 @@ and with a recurrence budget or noise the state's sampler recurrences ``age``. F
 moves the window: row ``t`` of the next step comes from row ``t + shift`` of this one, one gather per buffer.
 Tokens and unchanged proposals are kept per absolute position.
 
-A step is pure functions around the model call (P, r' recurrences, C): :func:`noised` (β > 0) before it and
-:func:`advance` after it, which also gives the next step's token ids and positions (:func:`gather_inputs` gives them
-for a step after an admission). Each runs eagerly, as a compiled program (recdiff/engine/program.py) or inside a
-CUDA graph; everything it depends on besides its tensors is in :class:`StepRule` (part of a compiled program's name),
-and no Python branch depends on a tensor's size or value. The host hands in each slot's pointers (``ptr``: start, W, the
-growth h, the previous shift), which it keeps from the step's one read-back (:data:`READ`), and the step's random
-draws (α > 0, random headway ids, sampled proposals), made from each sequence's own stream. A slot without a live
-sequence has ``W = 0`` and ``h = 0``: every row is padding and nothing it writes is ever read.
+A step is pure functions around the model call (P, r' recurrences, C; P reads its token ids and positions from ``seq``
+and the window's start: :meth:`recdiff.engine.runner.Runner.embed_window`): :func:`noised` (β > 0) on the window's
+states before the recurrences and :func:`advance` after the call. Each runs eagerly, as a compiled program
+(recdiff/engine/program.py) or inside a CUDA graph; everything it depends on besides its tensors is in :class:`StepRule`
+(part of a compiled program's name), and no Python branch depends on a tensor's size or value. The host hands in each
+slot's pointers (``ptr``: start, W, the growth h, the previous shift), which it keeps from the step's one read-back
+(:data:`READ`), and the step's random draws (α > 0, random headway ids, sampled proposals), made from each sequence's
+own stream. A slot without a live sequence has ``W = 0`` and ``h = 0``: every row is padding and nothing it writes is
+ever read.
 """
 
 from __future__ import annotations
@@ -86,19 +87,6 @@ def piece(fn: Callable[[StepRule, tuple[Tensor, ...]], tuple[Tensor, ...]], rule
         return fn(rule, args)
 
     return run
-
-
-def gather_inputs(args: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
-    """The model's inputs for ``T`` window rows: token ids and absolute positions ``(B, T)``. Args: ``seq``, ``ptr``,
-    ``rows`` (1, T). (:func:`advance` returns the same for the moved window; this serves a step after an admission.)"""
-    seq, ptr, rows = args
-    return _window(seq, ptr[0], rows)
-
-
-def _window(seq: Tensor, start: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
-    """Token ids and absolute positions of the window rows ``rows`` from ``start`` (B, 1)."""
-    pos = start + rows  # (B, T)
-    return seq.gather(1, pos), pos
 
 
 def noised(rule: StepRule, args: tuple[Tensor, ...]) -> Tensor:
@@ -201,8 +189,7 @@ def advance(rule: StepRule, args: tuple[Tensor, ...], traced: bool = True) -> tu
         out["age"] = torch.where(kept, age.gather(1, at), 0)
 
     read = torch.cat([shift, tok], 1) if rule.tokens else torch.cat([shift], 1)
-    # the next step's inputs from the moved window (its start is start + shift), so that no separate call gathers them
-    res = (*(out[k] for k in names), read, *_window(seq, start + shift, rows_g))
+    res = (*(out[k] for k in names), read)
     return res if delta is None or not traced else (*res, delta)
 
 
