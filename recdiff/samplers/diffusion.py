@@ -347,14 +347,12 @@ class DiffusionBatch:
         (:meth:`~recdiff.engine.runner.Runner.embed_window`)."""
         run, rule = self.runner, self.rule
         E, first, rows = self.E, self._first_rows, self._window_rows(T)
-        if run.cuda_graphs:  # a graph's inputs are copied into its own buffers: only the step's rows
-            inputs = (self.seq, ptr, self.z[:, :T], *([self.e[:, :T]] if rule.eta > 0 else []),
-                      *([self.age[:, :T], *mix] if rule.beta > 0 else []))
+        inputs = (self.seq, ptr, first(self.z, T, E), *([first(self.e, T, E)] if rule.eta > 0 else []),
+                  *([first(self.age, T, 0), *mix] if rule.beta > 0 else []))
+        if run.cuda_graphs:
             z, e, logits = run.graphed(f"diffusion-{self.tag}-k{keys}", functools.partial(self._model_call, keys, rows),
                                        *inputs)
         else:
-            inputs = (self.seq, ptr, first(self.z, T, E), *([first(self.e, T, E)] if rule.eta > 0 else []),
-                      *([first(self.age, T, 0), *mix] if rule.beta > 0 else []))
             z, e, logits = self._model_call(keys, rows, *inputs)
         return z, e if rule.eta > 0 else None, logits
 
