@@ -14,7 +14,10 @@ While :func:`profiling` is active it instruments, and restores on exit:
   where one would. Implicit synchronisations inside an operator (boolean-mask indexing, ``nonzero`` on a GPU) are
   not seen here.
 
-Only the outermost model call is timed (``recur`` calls ``embed``, ...). On a GPU every timed boundary synchronises
+Only the outermost model call is timed (``recur`` calls ``embed``, ...). The profile's own bookkeeping around a model
+call inside a step (after its entry, before the call, and after the call) is timed by itself and taken out of the
+step: it is neither the model's time nor the sampler's. What it cannot time stays in the sampler's share: the
+wrappers' own calls and returns, and the count of a read. On a GPU every timed boundary synchronises
 the device, which itself changes the timing: the profile is a CPU tool there, and a GPU run reads it with care.
 """
 
@@ -44,17 +47,25 @@ class Profile:
     steps: int = 0
     step_s: float = 0.0
     step_model_s: float = 0.0
+    step_tool_s: float = 0.0  # the profile's own bookkeeping inside the steps, as it timed it
     step_reads: int = 0
     model_s: float = 0.0
 
     @property
     def own_s(self) -> float:
-        """Seconds of the steps outside model calls: the sampler's own work (device and host)."""
-        return self.step_s - self.step_model_s
+        """Seconds of the steps outside model calls and the profile's timed bookkeeping: the sampler's own work
+        (device and host)."""
+        return self.step_s - self.step_model_s - self.step_tool_s
 
     @property
     def own_share(self) -> float:
-        return self.own_s / self.step_s if self.step_s else float("nan")
+        """The sampler's own share of a step (the step without the profile's timed bookkeeping)."""
+        return self.own_s / (self.step_s - self.step_tool_s) if self.step_s else float("nan")
+
+    @property
+    def tool_share(self) -> float:
+        """The profile's timed bookkeeping as a share of the steps as timed."""
+        return self.step_tool_s / self.step_s if self.step_s else float("nan")
 
     @property
     def reads_per_step(self) -> float:
@@ -131,24 +142,28 @@ def _timed_step(original: Callable[..., Any], state: _State) -> Callable[..., An
 
 
 def _timed_model(original: Callable[..., Any], state: _State) -> Callable[..., Any]:
+    perf, profile, sync = time.perf_counter, state.profile, state.sync
+
     @functools.wraps(original)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         if state.in_model:
             return original(self, *args, **kwargs)
-        if state.sync:
-            state.sync()
+        if sync:
+            sync()
+        entered = perf()
         state.in_model += 1
-        t0 = time.perf_counter()
+        t0 = perf()
         try:
             return original(self, *args, **kwargs)
         finally:
-            if state.sync:
-                state.sync()
-            dt = time.perf_counter() - t0
+            if sync:
+                sync()
+            t1 = perf()
             state.in_model -= 1
-            state.profile.model_s += dt
+            profile.model_s += t1 - t0
             if state.in_step:
-                state.profile.step_model_s += dt
+                profile.step_model_s += t1 - t0
+                profile.step_tool_s += t0 - entered + perf() - t1
 
     return call
 
@@ -157,9 +172,9 @@ def _timed_graph(original: Callable[..., Any], state: _State) -> Callable[..., A
     timed = _timed_model(original, state)
 
     @functools.wraps(original)
-    def graphed(self: Runner, name: str, fn: Callable[..., Any], *inputs: Any, model: bool = True) -> Any:
+    def graphed(self: Runner, name: str, fn: Callable[..., Any], *inputs: Any, model: bool = True, **kw: Any) -> Any:
         call = timed if model and self.cuda_graphs else original
-        return call(self, name, fn, *inputs, model=model)
+        return call(self, name, fn, *inputs, model=model, **kw)
 
     return graphed
 

@@ -14,7 +14,9 @@ Contract of the functions compiled this way (the engine's pieces respect it):
   is a tuple of tensors, the only thing that changes between calls.
 - no Python side effects (nothing assigned to objects, no prints); no randomness; every Python constant the
   function depends on (a flag, ε, η, a count) is part of ``name``, which keys the program.
-- it returns a tuple of tensors.
+- it returns a tuple of new tensors. It may write into its argument tensors (the graph makes the same writes; the
+  capture's check in :func:`direct` compares them too); its caller then hands them in contiguous and vouched for
+  (``Runner.run``'s ``sig``), as :func:`prepare` would otherwise hand the program a copy.
 
 The arguments' dimensions are dynamic (one graph for every batch width, wavefront width, prompt length and key
 count; weights and KV buffers are static) with duck sizing off, so two dimensions that happened to be equal at capture are never assumed equal later. Dynamo still
@@ -172,13 +174,15 @@ class Program:
         # the program's own overrides (a sampler's small tensor functions), then engine_options["inductor"]: overrides of
         # PATCHES for this model (e.g. the tests' quick-compile settings)
         patches = {**PATCHES, **self.patches, **self.model.engine_options.get("inductor", {})}
+        before = tuple(a.clone() for a in args)  # the arguments as the capture found them (it may write them)
         with api.fx_config.patch(use_duck_shape=False), api.inductor_config.patch(patches), torch.no_grad(), \
                 warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="TypedStorage is deprecated")  # inductor's autotuner, not ours
             out = fn(self.model, self.cache, args)
         api.reset_code(piece.__code__)  # replays never go through dynamo: free its cache entry
         self._plan(sources)
-        self.direct = direct(self.compiled, self.gather(args, self.fixed), graph_out[0] if graph_out else None)
+        self.direct = direct(self.compiled, self.gather(before, self.fixed), graph_out[0] if graph_out else None,
+                             self.gather(args, self.fixed))
         # a replay returns the graph's outputs: they must be exactly what the function returned (dynamo rebuilds a
         # returned input, or a tensor returned twice, outside the graph)
         if len(graph_out) != 1 or not isinstance(out, tuple) or len(out) != len(graph_out[0]) or any(
@@ -200,16 +204,18 @@ class Program:
         self.gather = eval(f"lambda a, f: [{', '.join(parts)}]")  # noqa: S307
 
 
-def direct(compiled: Callable[..., Any], inputs: list[Any], expected: Any) -> Callable[[list[Any]], Any] | None:
+def direct(compiled: Callable[..., Any], inputs: list[Any], expected: Any, written: list[Any]
+           ) -> Callable[[list[Any]], Any] | None:
     """Inductor's generated ``call(inputs)`` inside ``compiled`` (what ``compile_fx`` returned), where calling it
     directly does what ``compiled`` does; else None. Around it, on every call, sit dynamo's disable context, AOT
     autograd's runtime wrapper (which prepends the graph module's own parameters, bumps the version counters of
     mutated inputs and marks outputs dynamic: nothing a replay here needs) and, with frozen weights, freezing's
     wrapper (which drops those parameters again): 7-25 µs a call (a compiled batch-1 diffusion step: 1.64 → 1.42 ms).
     Used only where the generated code takes exactly the program's own inputs, in order, and a call with ``inputs``
-    (the capture's own, so any input mutation is the one the capture made) returns the capture's outputs: as many
-    (none added for mutated inputs or aliased outputs), of the same values. The torch internals are found by name;
-    any other structure keeps the full path."""
+    (copies of the capture's arguments as it found them) returns the capture's outputs, as many (none added for
+    mutated inputs or aliased outputs) and of the same values, and leaves its arguments as the capture left its own
+    (``written``: a function that writes its arguments in place does so here too). The torch internals are found by
+    name; any other structure keeps the full path."""
     if expected is None:
         return None
     found: dict[str, Any] = {}
@@ -240,7 +246,10 @@ def direct(compiled: Callable[..., Any], inputs: list[Any], expected: Any) -> Ca
         return None
     call = found["graph"].current_callable
     out = call(list(inputs))
-    same = isinstance(out, (list, tuple)) and len(out) == len(expected) and all(
-        isinstance(a, Tensor) and a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
-        for a, b in zip(out, expected))
+    same = isinstance(out, (list, tuple)) and len(out) == len(expected) and all(map(_equal, out, expected)) and all(
+        _equal(a, b) for a, b in zip(inputs, written) if isinstance(b, Tensor))
     return call if same else None
+
+
+def _equal(a: Any, b: Tensor) -> bool:
+    return isinstance(a, Tensor) and a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)

@@ -176,6 +176,7 @@ class Runner:
         self.cuda_graphs = policy == "shared" and (emulate or (compile and p.device.type == "cuda"))
         self._graph_cls = _EmulatedGraph if emulate else _Graphed
         self._graphs: dict[Any, _Graphed] = {}
+        self._buffers: dict[tuple, Tensor] = {}
         self.rows_all = torch.arange(slots, device=p.device)
         self.key_range = torch.arange(length, device=p.device)
         self.write_all = torch.ones(slots, dtype=torch.bool, device=p.device)
@@ -250,6 +251,16 @@ class Runner:
                 prog = self._programs[pkey] = Program(fn, self.model, self, patches, static)
             entry = self._vouched_programs[key] = [prog, psig, 0, _sizes(args, static) if static else None]
         return entry
+
+    def buffer(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
+        """A zeroed tensor that this runner keeps for its life, one per name, shape and dtype: state a sampler writes
+        in place, which a graph (kept by the runner, so across batches) reads and writes where it is. One batch uses
+        a runner at a time, as it does the KV cache."""
+        key = (name, tuple(shape), dtype)
+        buf = self._buffers.get(key)
+        if buf is None:
+            buf = self._buffers[key] = torch.zeros(shape, dtype=dtype, device=self.device)
+        return buf.zero_()
 
     def keys(self, needed: int) -> int:
         """Cache positions a call attends to: ``needed`` (its furthest query position + 1) rounded up, to a power
@@ -384,17 +395,19 @@ class Runner:
         return logits[at, last], z[at, last][:, None], steps
 
     # ------------------------------------------------------------------------------------------ CUDA graphs
-    def graphed(self, name: str, fn: Callable[..., Any], *inputs: Tensor, model: bool = True) -> Any:
+    def graphed(self, name: str, fn: Callable[..., Any], *inputs: Tensor, model: bool = True, fixed: int = 0) -> Any:
         """``fn(*inputs)``, replayed from a CUDA graph captured for these input shapes (and ``name``, which must
         name everything else ``fn`` depends on) when this runner uses CUDA graphs; a plain call otherwise.
         ``model``: ``fn`` is a model call (P, R, C with the few operations around them), not the sampler's own work;
-        the step profile (:mod:`recdiff.engine.profile`) counts a replay by it, as a replay calls no Python."""
+        the step profile (:mod:`recdiff.engine.profile`) counts a replay by it, as a replay calls no Python.
+        ``fixed``: the first inputs are the caller's own buffers, the same tensors at every call: the graph reads
+        (and ``fn`` may write) them where they are, with no copy."""
         if not self.cuda_graphs:
             return fn(*inputs)
         key = (name, *(tuple(t.shape) for t in inputs))
         g = self._graphs.get(key)
         if g is None:
-            g = self._graphs[key] = self._graph_cls(self._own_calls(fn), inputs)
+            g = self._graphs[key] = self._graph_cls(self._own_calls(fn), inputs, fixed)
         return g(*inputs)
 
     def _own_calls(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -418,36 +431,48 @@ def _sizes(args: tuple[Tensor, ...], static: tuple[tuple[int, ...], ...]) -> tup
 
 
 class _Graphed:
-    """A captured CUDA graph with static input buffers; outputs are the graph's own tensors (copy to keep)."""
+    """A captured CUDA graph with static input buffers (the first ``fixed`` are the caller's own: used as they are);
+    outputs are the graph's own tensors (copy to keep)."""
 
-    def __init__(self, fn: Callable[..., Any], inputs: tuple[Tensor, ...]) -> None:
-        self.inputs = [t.clone() for t in inputs]
+    def __init__(self, fn: Callable[..., Any], inputs: tuple[Tensor, ...], fixed: int = 0) -> None:
+        self.fixed = fixed
+        self.inputs = [*inputs[:fixed], *(t.clone() for t in inputs[fixed:])]
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):  # warm-up outside the graph (allocator, cuBLAS handles, autotuning)
-            fn(*self.inputs)
+        with torch.cuda.stream(stream):  # warm-up outside the graph (allocator, cuBLAS handles, autotuning), on
+            # copies of the caller's buffers: the capture does not run, the first replay does (writes happen once)
+            fn(*(t.clone() for t in inputs[:fixed]), *self.inputs[fixed:])
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             self.outputs = fn(*self.inputs)
 
     def __call__(self, *inputs: Tensor) -> Any:
-        for buf, t in zip(self.inputs, inputs):
+        _check_fixed(self.inputs, inputs, self.fixed)
+        for buf, t in zip(self.inputs[self.fixed :], inputs[self.fixed :]):
             buf.copy_(t)
         self.graph.replay()
         return self.outputs
+
+
+def _check_fixed(captured: list[Tensor], inputs: tuple[Tensor, ...], fixed: int) -> None:
+    """A graph's fixed inputs must be the very buffers it was captured with (it reads and writes their memory)."""
+    if any(a is not b for a, b in zip(captured[:fixed], inputs)):
+        raise RuntimeError("a graph's fixed inputs must be the buffers it was captured with")
 
 
 class _EmulatedGraph:
     """The CUDA-graph protocol without CUDA: static input buffers, and outputs that live in fixed tensors which
     the next replay overwrites (so code that keeps an output past the next step is caught on a CPU too)."""
 
-    def __init__(self, fn: Callable[..., Any], inputs: tuple[Tensor, ...]) -> None:
-        self.fn, self.inputs = fn, [t.clone() for t in inputs]
+    def __init__(self, fn: Callable[..., Any], inputs: tuple[Tensor, ...], fixed: int = 0) -> None:
+        self.fn, self.fixed = fn, fixed
+        self.inputs = [*inputs[:fixed], *(t.clone() for t in inputs[fixed:])]
         self.outputs: Any = None
 
     def __call__(self, *inputs: Tensor) -> Any:
-        for buf, t in zip(self.inputs, inputs):
+        _check_fixed(self.inputs, inputs, self.fixed)
+        for buf, t in zip(self.inputs[self.fixed :], inputs[self.fixed :]):
             buf.copy_(t)
         out = self.fn(*self.inputs)
         if self.outputs is None:

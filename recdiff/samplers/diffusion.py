@@ -44,7 +44,6 @@ from each sequence's own stream.
 from __future__ import annotations
 
 import functools
-import operator
 import struct
 from dataclasses import dataclass, field
 
@@ -66,8 +65,6 @@ __all__ = ["SPEC", "RULES", "make_batch", "DiffusionBatch", "beta_per_position"]
 
 SPEC = DiffusionParams.spec()   # the parameters are declared in recdiff/params.py
 RULES = DiffusionParams.rules
-
-WINDOW = ("z", "e", "age")  # window state (B, rows, …): a step returns its first rows (under graphs: fixed buffers)
 
 
 def make_batch(opts: Options, params: dict) -> "DiffusionBatch":
@@ -155,7 +152,6 @@ class DiffusionBatch:
                              epsilon=p["epsilon"], r_freeze=self.r_freeze, greedy=opts.select.greedy,
                              tokens=bool(opts.stop.ids or opts.stop.strings), pad_id=p["pad_id"])
         self.names = state_names(self.rule)
-        self._state = operator.attrgetter(*self.names)  # the state as a tuple, in order (one call a step)
         # program and graph names: the rule's every constant (formatted once: a dataclass repr costs a step's tenth)
         self.tag = str(self.rule)
         # advance as a program, untraced and traced (δ returned: only while a live sequence records a trace)
@@ -165,25 +161,31 @@ class DiffusionBatch:
         # advance's dimensions that are constants of this batch (slots, cache length, model width, vocabulary; the
         # pointers' shape): compiled as fixed sizes. Its arguments: the state, ptr, z, e, logits, three row ranges,
         # the extras (sampled proposals, new states' noise)
-        per_name = {"seq": (0, 1), "unchanged": (0, 1), "z": (0, 2), "e": (0, 2), "age": (0,)}
+        per_name = {"seq": (0, 1), "unchanged": (0, 1), "z": (0, 1, 2), "e": (0, 1, 2), "age": (0, 1)}
         self._advance_static = (*(per_name[k] for k in self.names), (0, 1, 2), (0, 2),
                                 *([(0, 2)] if self.rule.eta > 0 else []), (0, 2), (0,), (0,), (0,),
                                 *([] if self.rule.greedy else [(0,)]), *([(0, 2)] if self.rule.noise else []))
         # draws between steps: fresh, noise or new states (α > 0), random ids for headway extras
         self.draws = self.alpha > 0 or (self.h > 1 and p["pad_id"] is None)
-        # the device state (diffusion_step.state_names)
-        self.seq = torch.zeros((B, S), dtype=torch.long, device=dev)
-        self.unchanged = torch.zeros((B, S), dtype=torch.long, device=dev)
-        self.z = torch.zeros((B, self.Tw, E), device=dev, dtype=run.dtype)
-        self.e = torch.zeros_like(self.z) if self.rule.eta > 0 else None
-        self.age = torch.zeros((B, self.Tw), dtype=torch.long, device=dev) if self.rule.ages else None
+        # the device state (diffusion_step.state_names): the runner's buffers, zeroed (its graphs read and write them
+        # where they are, and outlive this batch)
+        self.seq = run.buffer("diffusion-seq", (B, S), torch.long)
+        self.unchanged = run.buffer("diffusion-unchanged", (B, S), torch.long)
+        self.z = run.buffer("diffusion-z", (B, self.Tw, E), run.dtype)
+        self.e = run.buffer("diffusion-e", (B, self.Tw, E), run.dtype) if self.rule.eta > 0 else None
+        self.age = run.buffer("diffusion-age", (B, self.Tw), torch.long) if self.rule.ages else None
+        # the state advance writes, in order (the same tensors for the batch's whole life)
+        self._state = tuple(getattr(self, k) for k in self.names)
+        # what a step's model call takes of the window: the states, the momentum term (η > 0), the ages (β > 0)
+        self._model_window = (self.z, *([self.e] if self.rule.eta > 0 else []),
+                              *([self.age] if self.rule.beta > 0 else []))
         self.req: list[Request | None] = [None] * B
         self.host: list[_Slot | None] = [None] * B
         self.rows = torch.arange(self.Tw + 1, device=dev)
         self._views: dict[tuple[int, int], Tensor] = {}
         self._row_sets: dict[int, tuple[Tensor, Tensor, Tensor]] = {}  # T → advance's rows, rows_next, rows_g
         self._row_grids: dict[int, Tensor] = {}  # T → P's window rows (B, T)
-        self._dense: dict[tuple[int, int], tuple[tuple[int, ...], tuple[int, ...]]] = {}  # (T, E) → a view's layout
+        self._window_views: dict[int, tuple[Tensor, ...]] = {}  # T → (one slot) the window buffers' first T rows
         # the pointers a step hands in (PTR), packed into the memory of one host tensor (struct: half the cost of a
         # NumPy assignment from a list; building a tensor from a list costs a compiled batch-1 step more than its
         # advance kernel); on a GPU, copied into a device buffer
@@ -264,18 +266,9 @@ class DiffusionBatch:
         ptr = self._pointers(start + Wh + hh + lag)
         z, e, logits = self._model_step(T, keys, ptr, mix)
         extra = ([] if rule.greedy else [self._select(logits, live, Wh)]) + grow
-        out = self._advance(T, Tg, ptr, z, e, logits, extra)
-        if run.cuda_graphs:  # a graph's buffers keep their shapes: the window's first Tg rows
-            for k, v in zip(self.names, out):
-                if k in WINDOW:
-                    getattr(self, k)[:, :Tg] = v
-                else:
-                    setattr(self, k, v)
-        else:  # eager or compiled: the next step's rows are among these Tg (its wavefronts are no wider)
-            self.__dict__.update(zip(self.names, out))
-        n = len(self.names)
-        read = out[n].tolist()  # the step's one read-back
-        delta = out[n + 1] if rule.adaptive and self._traced else None
+        out = self._advance(T, Tg, ptr, z, e, logits, extra)  # the state, written in place
+        read = out[0].tolist()  # the step's one read-back
+        delta = out[1] if rule.adaptive and self._traced else None
         stop = self.opts.stop.first_stop
         for b in live:
             rec, row = host[b], read[b]
@@ -346,12 +339,11 @@ class DiffusionBatch:
         token ids and positions from ``seq`` and the window's start
         (:meth:`~recdiff.engine.runner.Runner.embed_window`)."""
         run, rule = self.runner, self.rule
-        E, first, rows = self.E, self._first_rows, self._window_rows(T)
-        inputs = (self.seq, ptr, first(self.z, T, E), *([first(self.e, T, E)] if rule.eta > 0 else []),
-                  *([first(self.age, T, 0), *mix] if rule.beta > 0 else []))
+        rows = self._window_rows(T)
+        inputs = (self.seq, ptr, *self._first_rows(T), *mix)
         if run.cuda_graphs:
             z, e, logits = run.graphed(f"diffusion-{self.tag}-k{keys}", functools.partial(self._model_call, keys, rows),
-                                       *inputs)
+                                       *inputs, fixed=1)  # seq: read where it is
         else:
             z, e, logits = self._model_call(keys, rows, *inputs)
         return z, e if rule.eta > 0 else None, logits
@@ -377,23 +369,23 @@ class DiffusionBatch:
             rows = self._row_grids[T] = self.rows[:T].expand(self.slots, T).contiguous()
         return rows
 
-    def _first_rows(self, t: Tensor, T: int, E: int) -> Tensor:
-        """The first ``T`` rows (dimension 1) of a window tensor ``(B, rows)`` (``E`` = 0) or ``(B, rows, E)``,
-        dense: for one slot a view made directly with row-major strides (as_strided with a cached layout: no strides
-        left for the compiled pieces to fix); for several, copied once here rather than by each compiled piece that
-        takes it."""
-        if t.shape[1] == T:
-            return t
-        if self.slots > 1 or not t.is_contiguous():
-            return t.narrow(1, 0, T).contiguous()
-        spec = self._dense.get((T, E))
-        if spec is None:
-            spec = self._dense[(T, E)] = ((1, T, E), (T * E, E, 1)) if E else ((1, T), (T, 1))
-        return t.as_strided(*spec)
+    def _first_rows(self, T: int) -> tuple[Tensor, ...]:
+        """The first ``T`` rows (dimension 1) of each window buffer the model call takes, dense: for one slot views
+        with row-major strides, made once per ``T`` (the buffers stay the same tensors; no strides left for the
+        compiled pieces to fix); for several, copied once here rather than by each compiled piece that takes them."""
+        if self.slots > 1:
+            return tuple(t.narrow(1, 0, T).contiguous() for t in self._model_window)
+        views = self._window_views.get(T)
+        if views is None:
+            shapes = [(1, T, *t.shape[2:]) for t in self._model_window]
+            views = self._window_views[T] = tuple(t.as_strided(shape, torch.empty(shape, device="meta").stride())
+                                                  for t, shape in zip(self._model_window, shapes))
+        return views
 
     def _advance(self, T: int, Tg: int, ptr: Tensor, z: Tensor, e: Tensor | None, logits: Tensor,
                  extra: list[Tensor]) -> tuple[Tensor, ...]:
-        """5.-6. of a step (:func:`recdiff.samplers.diffusion_step.advance`), one graph per shape. Compiled, its
+        """5.-6. of a step (:func:`recdiff.samplers.diffusion_step.advance`), one graph per shape: writes the batch
+        state and returns the read-back (with δ while a sequence is traced). Compiled, its
         specialisation is known here (the runner's slots; compiled widths are at least 2; the new states' noise may
         have one row): handed to the runner, which then skips its pass over the 11-odd arguments."""
         traced = self._traced > 0
@@ -401,7 +393,7 @@ class DiffusionBatch:
         rows = self._row_sets.get(T)
         if rows is None:
             rows = self._row_sets[T] = (self._rows(0, T), self._rows(1, T + 1), self._rows(0, Tg))
-        args = (*self._state(self), ptr, z, *([e] if e is not None else []), logits, *rows, *extra)
+        args = (*self._state, ptr, z, *([e] if e is not None else []), logits, *rows, *extra)
         if not run.cuda_graphs:
             return run.run(name, after, args, SMALL, (extra[-1].shape[1] == 1,) if self.rule.noise else (),
                            self._advance_static)
@@ -409,14 +401,15 @@ class DiffusionBatch:
         def advance_step(*args: Tensor) -> tuple[Tensor, ...]:
             return run.run(name, after, args, SMALL)
 
-        return run.graphed(name, advance_step, *args, model=False)
+        return run.graphed(name, advance_step, *args, model=False, fixed=len(self.names))  # writes the state
 
     def capture_graphs(self, shortest: int, longest: int) -> None:
         """Under CUDA graphs, capture now every step graph that sequences of ``shortest`` to ``longest`` positions
         (prompt and new tokens) can meet: each power-of-two wavefront width up to the window (how wide a wavefront
         grows depends on how fast it converges, which no example prompt fixes), with each key count its front can
-        reach, and each width of new states' noise. Run with every slot free (``W`` = 0): the batch's state is not
-        touched; K/V rows written at positions of free slots are rewritten before any query reads them, as in every
+        reach, and each width of new states' noise. Run with every slot free (``W`` = 0): the batch's tokens and
+        counts are rewritten with themselves, its window rows with zeros (a free slot's rows are written before they
+        are read); K/V rows written at positions of free slots are rewritten before any query reads them, as in every
         step. Nothing to do without graphs (the CPU compile path has dynamic shapes)."""
         run, rule = self.runner, self.rule
         if not run.cuda_graphs:

@@ -8,9 +8,10 @@ and with a recurrence budget or noise the state's sampler recurrences ``age``. F
 moves the window: row ``t`` of the next step comes from row ``t + shift`` of this one, one gather per buffer.
 Tokens and unchanged proposals are kept per absolute position.
 
-A step is pure functions around the model call (P, r' recurrences, C; P reads its token ids and positions from ``seq``
+A step is tensor functions around the model call (P, r' recurrences, C; P reads its token ids and positions from ``seq``
 and the window's start: :meth:`recdiff.engine.runner.Runner.embed_window`): :func:`noised` (β > 0) on the window's
-states before the recurrences and :func:`advance` after the call. Each runs eagerly, as a compiled program
+states before the recurrences and :func:`advance` after the call, which writes the batch state into its buffers in
+place (they keep their shapes for the batch's life). Each runs eagerly, as a compiled program
 (recdiff/engine/program.py) or inside a CUDA graph; everything it depends on besides its tensors is in :class:`StepRule`
 (part of a compiled program's name), and no Python branch depends on a tensor's size or value. The host hands in each
 slot's pointers (``ptr``: start, W, the growth h, the previous shift), which it keeps from the step's one read-back
@@ -63,7 +64,7 @@ PTR = ("start", "W", "h", "lag")  # the pointers the host hands in, one (4, B, 1
 
 
 def state_names(rule: StepRule) -> tuple[str, ...]:
-    """The batch state :func:`advance` reads and returns, in order: per absolute position ``seq`` (tokens) and
+    """The batch state :func:`advance` reads and writes, in order: per absolute position ``seq`` (tokens) and
     ``unchanged`` (steps at which the token's new proposal equalled the one it replaced); the window ``z``, ``e``
     (momentum), ``age`` (:attr:`StepRule.ages`)."""
     return ("seq", "unchanged", "z") + (("e",) if rule.eta > 0 else ()) + (("age",) if rule.ages else ())
@@ -99,14 +100,16 @@ def noised(rule: StepRule, args: tuple[Tensor, ...]) -> Tensor:
 
 def advance(rule: StepRule, args: tuple[Tensor, ...], traced: bool = True) -> tuple[Tensor, ...]:
     """Steps 4-6 of the sampler after the model call, for every slot at once: the proposals, the freeze decision
-    (δ per state, k*, the recurrence budget), growth by h states, the window's move.
+    (δ per state, k*, the recurrence budget), growth by h states, the window's move; written into the batch state
+    in place (its buffers keep their shapes, so nothing is allocated for them and views of them stay valid).
 
-    Args: the state (:func:`state_names`); ``ptr`` (4, B, 1) (:data:`PTR`); the model's states ``z`` (B, T, E), with
-    momentum the embeddings ``e`` it used, ``logits`` (B, T, V); the row numbers ``rows`` (1, T) (0 … T-1),
-    ``rows_next`` (1, T) (1 … T) and ``rows_g`` (1, Tg) (0 … Tg-1: the grown window, Tg > T or Tg = T = the window);
-    the rule's extras: sampled proposals, new states' noise. Returns the new state (the window buffers as their first
-    Tg rows), the read-back ``(B, k)`` (:data:`READ`) and, with adaptive freezing and ``traced``, δ ``(B, T)`` (for
-    traces; one output less to allocate on every untraced step). Every returned tensor is new."""
+    Args: the state (:func:`state_names`: ``seq`` and ``unchanged`` (B, S), the window buffers (B, rows, …), rows ≥
+    Tg); ``ptr`` (4, B, 1) (:data:`PTR`); the model's states ``z`` (B, T, E), with momentum the embeddings ``e`` it
+    used, ``logits`` (B, T, V); the row numbers ``rows`` (1, T) (0 … T-1), ``rows_next`` (1, T) (1 … T) and
+    ``rows_g`` (1, Tg) (0 … Tg-1: the grown window, Tg > T or Tg = T = the window); the rule's extras: sampled
+    proposals, new states' noise. Writes the state (the window's first Tg rows) and returns the read-back ``(B, k)``
+    (:data:`READ`) and, with adaptive freezing and ``traced``, δ ``(B, T)`` (for traces; one output less to allocate
+    on every untraced step)."""
     names = state_names(rule)
     s = dict(zip(names, args))
     ptr, z, *rest = args[len(names):]
@@ -117,23 +120,16 @@ def advance(rule: StepRule, args: tuple[Tensor, ...], traced: bool = True) -> tu
     T = z.shape[1]
     start, W, h, lag = ptr.unbind(0)  # (B, 1) each
     valid = rows < W  # (B, T): the states refined this step
-    out: dict[str, Tensor] = {}
+    seq, unchanged = s["seq"], s["unchanged"]
 
     # 4. the proposals replace the tokens they predict, counted as unchanged where equal (a token is compared where a
     # state consumed it: rows < W-1)
     tpos = start + rows_next
-    old = s["seq"].gather(1, tpos)
+    old = seq.gather(1, tpos)
     tok = torch.where(valid, new, old)
-    seq = s["seq"].scatter(1, tpos, tok)
-    if rule.pad_id is not None and rule.headway > 1:  # the extras after the first new position hold pad_id
-        extra = rows_g[:, : rule.headway - 1]
-        at = start + W + 1 + extra
-        seq = seq.scatter(1, at, torch.where(extra < h - 1, rule.pad_id, seq.gather(1, at)))
-    out["seq"] = seq
     # (the positions are distinct: a scatter of gathered counts, which inductor fuses; scatter_add is a kernel of its
     # own)
-    unchanged = s["unchanged"]
-    out["unchanged"] = unchanged.scatter(1, tpos, unchanged.gather(1, tpos) + ((old == new) & (rows_next < W)).long())
+    counts = unchanged.gather(1, tpos) + ((old == new) & (rows_next < W)).long()
 
     # 6a. convergence: δ = ‖z − z_prev‖/‖z‖ per valid state against its stored value (reference rule: the row `lag`
     # further, as the authors' code indexes the states it kept from the old start); k* by the freeze rule
@@ -182,15 +178,26 @@ def advance(rule: StepRule, args: tuple[Tensor, ...], traced: bool = True) -> tu
     z_next = torch.where(kept3, z.gather(1, idx), fresh)
     if rule.continuous:
         z_next = torch.where(((shift == W + h) & (rows_g == 0))[..., None], 0.0, z_next)
-    out["z"] = z_next
-    if rule.eta > 0:  # η·e of this step's valid rows (zero elsewhere): the next step's momentum term
-        out["e"] = torch.where(kept3, (rule.eta * e).gather(1, idx), 0.0)
-    if rule.ages:
-        out["age"] = torch.where(kept, age.gather(1, at), 0)
+    e_next = torch.where(kept3, (rule.eta * e).gather(1, idx), 0.0) if e is not None else None
+    age_next = torch.where(kept, age.gather(1, at), 0) if rule.ages else None
+
+    # the writes, after every read of the state they overwrite (the window rows by index: a slice of a buffer's
+    # rows by another argument's size would be specialised on by a compiled program)
+    seq.scatter_(1, tpos, tok)
+    if rule.pad_id is not None and rule.headway > 1:  # the extras after the first new position hold pad_id
+        extra = rows_g[:, : rule.headway - 1]
+        pad_at = start + W + 1 + extra
+        seq.scatter_(1, pad_at, torch.where(extra < h - 1, rule.pad_id, seq.gather(1, pad_at)))
+    unchanged.scatter_(1, tpos, counts)
+    window = rows_g[0]
+    s["z"].index_copy_(1, window, z_next)
+    if e_next is not None:  # η·e of this step's valid rows (zero elsewhere): the next step's momentum term
+        s["e"].index_copy_(1, window, e_next)
+    if age_next is not None:
+        s["age"].index_copy_(1, window, age_next)
 
     read = torch.cat([shift, tok], 1) if rule.tokens else torch.cat([shift], 1)
-    res = (*(out[k] for k in names), read)
-    return res if delta is None or not traced else (*res, delta)
+    return (read,) if delta is None or not traced else (read, delta)
 
 
 def _relative_change(new: Tensor, old: Tensor) -> Tensor:

@@ -293,14 +293,16 @@ def print_profile(results: dict[str, dict[str, dict]], modes: list[str], n_promp
     """The step profile of every sampler and mode, and the bookkeeping-free bound of batch-1 eager diffusion."""
     print("step profile (every run above was timed under it): a step is one sampler step over the occupied slots "
           "(a token of static and adaptive AR, a round of speculative decoding, a diffusion step); model: its share "
-          "in P, R and C calls; own: the rest, the sampler's own work (device and host); reads: host reads of a "
-          "device value per step")
-    print(f"{'sampler':24s} {'mode':18s} {'steps':>7s} {'ms/step':>8s} {'model':>7s} {'own':>7s} {'reads/step':>11s}")
+          "in P, R and C calls; own: the rest, the sampler's own work (device and host); both of the step without "
+          "the profile's own bookkeeping, which it times itself (profile: its share of the step as timed); reads: "
+          "host reads of a device value per step")
+    print(f"{'sampler':24s} {'mode':18s} {'steps':>7s} {'ms/step':>8s} {'model':>7s} {'own':>7s} {'profile':>8s} "
+          f"{'reads/step':>11s}")
     for label in results:
         for m in modes:
             p = results[label][m]["profile"]
             print(f"{label:24s} {m:18s} {p.steps:7d} {p.ms_per_step:8.3f} {100 * (1 - p.own_share):6.1f}% "
-                  f"{100 * p.own_share:6.1f}% {p.reads_per_step:11.2f}")
+                  f"{100 * p.own_share:6.1f}% {100 * p.tool_share:7.1f}% {p.reads_per_step:11.2f}")
     static, diffusion = results.get("static r=32", {}), results.get("diffusion defaults", {})
     if "batch-1 eager" in static and "batch-1 eager" in diffusion:
         s, d = static["batch-1 eager"], diffusion["batch-1 eager"]

@@ -3,6 +3,8 @@ leaves nothing patched behind. Nothing here is timed; the figures come from ``py
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from recdiff import generate, load_model
@@ -39,6 +41,26 @@ def test_reads_are_counted_inside_steps_only():
     assert prof.reads_per_step == 4 and prof.step_s >= prof.step_model_s == 0
 
 
+def test_the_profiles_own_bookkeeping_takes_nothing_from_the_sampler_or_the_model(monkeypatch):
+    """A step of 3 ms of its own work around two 5 ms model calls: the profile's timed bookkeeping is taken out of
+    the step, and neither share loses what it spent (sleeps last at least as long as asked)."""
+    monkeypatch.setattr(RecurrentDepthModel, "embed", lambda self, *a: time.sleep(0.005))
+
+    class Sleeper:
+        def step(self) -> list[int]:
+            time.sleep(0.003)
+            RecurrentDepthModel.embed(None)
+            RecurrentDepthModel.embed(None)
+            return []
+
+    with profiling([Sleeper]) as prof:
+        for _ in range(3):
+            Sleeper().step()
+    assert prof.steps == 3 and prof.step_model_s >= 3 * 0.010 and prof.own_s >= 3 * 0.003
+    assert 0 < prof.step_tool_s < 0.001 and prof.step_tool_s <= prof.step_s - prof.step_model_s - 3 * 0.003
+    assert prof.own_share == prof.own_s / (prof.step_s - prof.step_tool_s)
+
+
 def test_patches_are_undone():
     before = {name: getattr(torch.Tensor, name) for name in ("item", "tolist", "__bool__", "__index__")}
     owned = {name: name in vars(torch.Tensor) for name in before}
@@ -57,7 +79,7 @@ def test_a_diffusion_run_profiles_every_step(load_fixture_model):
     assert isinstance(prof, Profile) and prof.steps == res.stats["steps"]
     # the model calls of the steps are part of the steps; the prefill's are outside them
     assert 0 < prof.step_model_s < prof.step_s and prof.model_s > prof.step_model_s
-    assert 0 < prof.own_share < 1
+    assert 0 < prof.own_share < 1 and 0 < prof.step_tool_s < prof.step_s - prof.step_model_s
 
 
 def test_a_replayed_model_step_counts_as_a_model_call(monkeypatch):
@@ -83,9 +105,9 @@ def test_a_replayed_model_step_counts_as_a_model_call(monkeypatch):
 
     kinds: dict[str, set[bool]] = {}
 
-    def recorded(self: Runner, name: str, fn, *inputs: torch.Tensor, model: bool = True):
+    def recorded(self: Runner, name: str, fn, *inputs: torch.Tensor, model: bool = True, **kw):
         kinds.setdefault(name.split("-")[0], set()).add(model)
-        return graphed(self, name, fn, *inputs, model=model)
+        return graphed(self, name, fn, *inputs, model=model, **kw)
 
     monkeypatch.setattr(_EmulatedGraph, "__call__", opaque)
     monkeypatch.setattr(Runner, "graphed", recorded)

@@ -107,14 +107,49 @@ def test_the_generated_code_is_called_directly_only_where_it_gives_the_captures_
     x = torch.arange(4.0)
     double = lambda inputs: [inputs[0] * 2]  # noqa: E731
     want = [x * 2]
-    call = direct(_compiled(double), [x], want)
+    call = direct(_compiled(double), [x], want, [x])
     assert call is not None and torch.equal(call([x])[0], want[0])
     # frozen weights: freezing kept exactly the program's own inputs after the module's parameters
-    assert direct(_compiled(double, n_params=3, preserved=[3]), [x], want) is not None
+    assert direct(_compiled(double, n_params=3, preserved=[3]), [x], want, [x]) is not None
     # other values (inputs in another order), an output added (a mutated input the wrapper copies back), parameters
     # the generated code still expects, a kept subset of the inputs: the full path
-    assert direct(_compiled(lambda inputs: [inputs[0] * 3]), [x], want) is None
-    assert direct(_compiled(lambda inputs: [inputs[0] * 2, inputs[0]]), [x], want) is None
-    assert direct(_compiled(double, n_params=2), [x], want) is None
-    assert direct(_compiled(double, n_params=1, preserved=[2]), [x, x], [x * 2]) is None
-    assert direct(lambda *a: None, [x], want) is None  # no generated code found
+    assert direct(_compiled(lambda inputs: [inputs[0] * 3]), [x], want, [x]) is None
+    assert direct(_compiled(lambda inputs: [inputs[0] * 2, inputs[0]]), [x], want, [x]) is None
+    assert direct(_compiled(double, n_params=2), [x], want, [x]) is None
+    assert direct(_compiled(double, n_params=1, preserved=[2]), [x, x], [x * 2], [x, x]) is None
+    assert direct(lambda *a: None, [x], want, [x]) is None  # no generated code found
+
+
+def test_a_direct_call_must_write_its_arguments_as_the_capture_did():
+    """A program may write its arguments; the check replays from copies of them as the capture found them and
+    compares what it wrote with what the capture left."""
+    def bump(inputs):
+        inputs[0].add_(1)
+        return [inputs[0] * 2]
+
+    found = torch.arange(4.0)
+    left = found + 1  # what the capture's own call left in its argument
+    assert direct(_compiled(bump), [found.clone()], [left * 2], [left]) is not None
+    # a generated call that writes other values (here: twice) than the capture did: the full path
+    twice = lambda inputs: bump([inputs[0].add_(1)])  # noqa: E731
+    assert direct(_compiled(twice), [found.clone()], [left * 2], [left]) is None
+
+
+def test_a_program_that_writes_its_argument_writes_it_once_per_call():
+    """The capture's own check must not write the caller's tensors a second time (a count would be off by one), and
+    every replay (the generated code called directly) writes them exactly once."""
+    model = load_model(need_fixtures(), compile=True)
+    model.engine_options["inductor"] = {"cpp_wrapper": False, "max_autotune": False, "freezing": False}
+    run = Runner.get(model, 1, cache_length(model))
+
+    def count(model, runner, args):
+        counts, step = args
+        counts.add_(step)
+        return (counts.sum(1),)
+
+    counts, step = torch.zeros(1, 5, dtype=torch.long), torch.arange(5)[None]
+    for i in range(1, 4):
+        (total,) = run.run("count", count, (counts, step), sig=("counts",))
+        assert torch.equal(counts, i * step) and total.item() == 10 * i
+    prog = run._vouched_programs[("count", ("counts",))][0]
+    assert prog.direct is not None  # the replays above took the generated code itself

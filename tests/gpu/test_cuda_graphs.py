@@ -5,6 +5,7 @@ lengths, alone and batched."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from recdiff import generate, warm_up
 from recdiff.engine import runner
@@ -61,3 +62,23 @@ def test_no_graph_is_captured_after_warm_up_across_50_prompt_lengths(captures, s
         generate(model, p, sampler, **kw)
     generate(model, ps, sampler, batch_size=4, **kw)
     assert captures[0] == before, f"{sampler}: {captures[0] - before} graph(s) captured after the warm-up"
+
+
+def test_a_graphs_fixed_inputs_are_read_and_written_where_they_are():
+    """``Runner.graphed(..., fixed=n)``: the first n inputs are the caller's buffers, used by the graph as they are. A
+    write to one lands in the caller's tensor once per call (the capture's warm-up writes copies), the other inputs
+    are copied in at each replay, and another tensor in a fixed input's place fails."""
+    cls = runner._EmulatedGraph if EMULATE else runner._Graphed
+    dev = "cpu" if EMULATE else "cuda"
+    state, x = torch.zeros(3, device=dev), torch.ones(3, device=dev)
+
+    def fn(state, x):
+        state.add_(x)
+        return (state * 2,)
+
+    g = cls(fn, (state, x), 1)
+    for i in range(1, 4):
+        (out,) = g(state, x * i)
+        assert state.tolist() == [i * (i + 1) / 2] * 3 and out.tolist() == [i * (i + 1)] * 3
+    with pytest.raises(RuntimeError, match="fixed"):
+        g(state.clone(), x)
