@@ -163,7 +163,10 @@ class Program:
             return self.fn(model, cache, args)
 
         # only the arguments' dimensions vary; weights and KV buffers keep static shapes (a symbolic size is one more
-        # input to convert on every call)
+        # input to convert on every call). The marks go on aliases (the same memory): dynamo keeps a mark on the tensor
+        # object, and a caller's tensor marked by one program's capture would be dynamic in the next's (the
+        # diffusion state, taken by P with every dimension dynamic and by advance with its sizes fixed)
+        args = tuple(a.detach() for a in args)
         static = self.static or ((),) * len(args)
         for a, fixed in zip(args, static, strict=True):
             for d, size in enumerate(a.shape):

@@ -159,11 +159,11 @@ class DiffusionBatch:
         self._advance_name = {False: "advance-" + self.tag, True: "advance-traced-" + self.tag}
         self._traced = 0  # live sequences recording a trace
         # advance's dimensions that are constants of this batch (slots, cache length, model width, vocabulary; the
-        # pointers' shape): compiled as fixed sizes. Its arguments: the state, ptr, z, e, logits, three row ranges,
-        # the extras (sampled proposals, new states' noise)
+        # pointers' shape): compiled as fixed sizes. Its arguments: the state, ptr, z, e, logits, the grown window's
+        # rows, the extras (sampled proposals, new states' noise)
         per_name = {"seq": (0, 1), "unchanged": (0, 1), "z": (0, 1, 2), "e": (0, 1, 2), "age": (0, 1)}
         self._advance_static = (*(per_name[k] for k in self.names), (0, 1, 2), (0, 2),
-                                *([(0, 2)] if self.rule.eta > 0 else []), (0, 2), (0,), (0,), (0,),
+                                *([(0, 2)] if self.rule.eta > 0 else []), (0, 2), (0,),
                                 *([] if self.rule.greedy else [(0,)]), *([(0, 2)] if self.rule.noise else []))
         # draws between steps: fresh, noise or new states (α > 0), random ids for headway extras
         self.draws = self.alpha > 0 or (self.h > 1 and p["pad_id"] is None)
@@ -183,7 +183,7 @@ class DiffusionBatch:
         self.host: list[_Slot | None] = [None] * B
         self.rows = torch.arange(self.Tw + 1, device=dev)
         self._views: dict[tuple[int, int], Tensor] = {}
-        self._row_sets: dict[int, tuple[Tensor, Tensor, Tensor]] = {}  # T → advance's rows, rows_next, rows_g
+        self._row_sets: dict[int, Tensor] = {}  # T → advance's rows_g (0 … Tg-1)
         self._row_grids: dict[int, Tensor] = {}  # T → P's window rows (B, T)
         self._window_views: dict[int, tuple[Tensor, ...]] = {}  # T → (one slot) the window buffers' first T rows
         # the pointers a step hands in (PTR), packed into the memory of one host tensor (struct: half the cost of a
@@ -387,13 +387,13 @@ class DiffusionBatch:
         """5.-6. of a step (:func:`recdiff.samplers.diffusion_step.advance`), one graph per shape: writes the batch
         state and returns the read-back (with δ while a sequence is traced). Compiled, its
         specialisation is known here (the runner's slots; compiled widths are at least 2; the new states' noise may
-        have one row): handed to the runner, which then skips its pass over the 11-odd arguments."""
+        have one row): handed to the runner, which then skips its pass over the 9-odd arguments."""
         traced = self._traced > 0
         run, after, name = self.runner, self._after[traced], self._advance_name[traced]
-        rows = self._row_sets.get(T)
-        if rows is None:
-            rows = self._row_sets[T] = (self._rows(0, T), self._rows(1, T + 1), self._rows(0, Tg))
-        args = (*self._state, ptr, z, *([e] if e is not None else []), logits, *rows, *extra)
+        rows_g = self._row_sets.get(T)
+        if rows_g is None:
+            rows_g = self._row_sets[T] = self._rows(0, Tg)
+        args = (*self._state, ptr, z, *([e] if e is not None else []), logits, rows_g, *extra)
         if not run.cuda_graphs:
             return run.run(name, after, args, SMALL, (extra[-1].shape[1] == 1,) if self.rule.noise else (),
                            self._advance_static)

@@ -105,8 +105,9 @@ def advance(rule: StepRule, args: tuple[Tensor, ...], traced: bool = True) -> tu
 
     Args: the state (:func:`state_names`: ``seq`` and ``unchanged`` (B, S), the window buffers (B, rows, …), rows ≥
     Tg); ``ptr`` (4, B, 1) (:data:`PTR`); the model's states ``z`` (B, T, E), with momentum the embeddings ``e`` it
-    used, ``logits`` (B, T, V); the row numbers ``rows`` (1, T) (0 … T-1), ``rows_next`` (1, T) (1 … T) and
-    ``rows_g`` (1, Tg) (0 … Tg-1: the grown window, Tg > T or Tg = T = the window); the rule's extras: sampled
+    used, ``logits`` (B, T, V); the grown window's row numbers ``rows_g`` (1, Tg) (0 … Tg-1, Tg > T or Tg = T = the
+    window; the step's own rows are made here, a compiled program's iota rather than two more arguments); the rule's
+    extras: sampled
     proposals, new states' noise. Writes the state (the window's first Tg rows) and returns the read-back ``(B, k)``
     (:data:`READ`) and, with adaptive freezing and ``traced``, δ ``(B, T)`` (for traces; one output less to allocate
     on every untraced step)."""
@@ -114,10 +115,12 @@ def advance(rule: StepRule, args: tuple[Tensor, ...], traced: bool = True) -> tu
     s = dict(zip(names, args))
     ptr, z, *rest = args[len(names):]
     e = rest.pop(0) if rule.eta > 0 else None
-    logits, rows, rows_next, rows_g, *rest = rest
+    logits, rows_g, *rest = rest
     new = logits.argmax(-1) if rule.greedy else rest.pop(0)  # (B, T): proposals for tokens start+1 … start+T
     grow_noise = rest.pop(0) if rule.noise else None
     T = z.shape[1]
+    rows = torch.arange(T, device=z.device)[None]  # (1, T): 0 … T-1
+    rows_next = rows + 1
     start, W, h, lag = ptr.unbind(0)  # (B, 1) each
     valid = rows < W  # (B, T): the states refined this step
     seq, unchanged = s["seq"], s["unchanged"]
