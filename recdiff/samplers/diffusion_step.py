@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -184,14 +183,16 @@ def advance(rule: StepRule, args: tuple[Tensor, ...], traced: bool = True) -> tu
     e_next = torch.where(kept3, (rule.eta * e).gather(1, idx), 0.0) if e is not None else None
     age_next = torch.where(kept, age.gather(1, at), 0) if rule.ages else None
 
-    # the writes, after every read of the state they overwrite (the window rows by index: a slice of a buffer's
-    # rows by another argument's size would be specialised on by a compiled program)
-    seq.scatter_(1, tpos, tok)
+    # the writes, after every read of the state they overwrite, by index: a compiled program makes them in place (a
+    # scatter it made into a copy of the whole buffer, copied back), and a slice of a buffer's rows by another
+    # argument's size would be specialised on
+    slot = torch.arange(seq.shape[0], device=seq.device)[:, None]  # (B, 1)
+    seq.index_put_((slot, tpos), tok)
     if rule.pad_id is not None and rule.headway > 1:  # the extras after the first new position hold pad_id
         extra = rows_g[:, : rule.headway - 1]
         pad_at = start + W + 1 + extra
-        seq.scatter_(1, pad_at, torch.where(extra < h - 1, rule.pad_id, seq.gather(1, pad_at)))
-    unchanged.scatter_(1, tpos, counts)
+        seq.index_put_((slot, pad_at), torch.where(extra < h - 1, rule.pad_id, seq.gather(1, pad_at)))
+    unchanged.index_put_((slot, tpos), counts)
     window = rows_g[0]
     s["z"].index_copy_(1, window, z_next)
     if e_next is not None:  # η·e of this step's valid rows (zero elsewhere): the next step's momentum term
