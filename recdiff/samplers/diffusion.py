@@ -183,7 +183,7 @@ class DiffusionBatch:
         self.host: list[_Slot | None] = [None] * B
         self.rows = torch.arange(self.Tw + 1, device=dev)
         self._views: dict[tuple[int, int], Tensor] = {}
-        self._row_sets: dict[int, Tensor] = {}  # T → advance's rows_g (0 … Tg-1)
+        self._grown_rows: dict[int, Tensor] = {}  # T → advance's rows_g (0 … Tg-1)
         self._row_grids: dict[int, Tensor] = {}  # T → P's window rows (B, T)
         self._window_views: dict[int, tuple[Tensor, ...]] = {}  # T → (one slot) the window buffers' first T rows
         # the pointers a step hands in (PTR), packed into the memory of one host tensor (struct: half the cost of a
@@ -390,9 +390,9 @@ class DiffusionBatch:
         have one row): handed to the runner, which then skips its pass over the 9-odd arguments."""
         traced = self._traced > 0
         run, after, name = self.runner, self._after[traced], self._advance_name[traced]
-        rows_g = self._row_sets.get(T)
+        rows_g = self._grown_rows.get(T)
         if rows_g is None:
-            rows_g = self._row_sets[T] = self._rows(0, Tg)
+            rows_g = self._grown_rows[T] = self._rows(0, Tg)
         args = (*self._state, ptr, z, *([e] if e is not None else []), logits, rows_g, *extra)
         if not run.cuda_graphs:
             return run.run(name, after, args, SMALL, (extra[-1].shape[1] == 1,) if self.rule.noise else (),
