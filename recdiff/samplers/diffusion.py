@@ -182,7 +182,6 @@ class DiffusionBatch:
         self.req: list[Request | None] = [None] * B
         self.host: list[_Slot | None] = [None] * B
         self.rows = torch.arange(self.Tw + 1, device=dev)
-        self._views: dict[tuple[int, int], Tensor] = {}
         self._grown_rows: dict[int, Tensor] = {}  # T → advance's rows_g (0 … Tg-1)
         self._row_grids: dict[int, Tensor] = {}  # T → P's window rows (B, T)
         self._window_views: dict[int, tuple[Tensor, ...]] = {}  # T → (one slot) the window buffers' first T rows
@@ -196,14 +195,6 @@ class DiffusionBatch:
 
     def check(self, index: int | None, prompt_len: int, max_new_tokens: int) -> None:
         check_fits(self.m, prompt_len, prompt_len + max_new_tokens + 1, index)
-
-    def _rows(self, first: int, end: int) -> Tensor:
-        """``first … end-1`` as ``(1, n)``, one dense view per range (a slice is an operation of its own on every call,
-        and a compiled program copies an input of other strides)."""
-        view = self._views.get((first, end))
-        if view is None:
-            view = self._views[(first, end)] = self.rows[first:end][None]
-        return view
 
     # ------------------------------------------------------------------------------------------ prefill
     def admit(self, entries: list[tuple[int, Request]]) -> None:
@@ -392,7 +383,7 @@ class DiffusionBatch:
         run, after, name = self.runner, self._after[traced], self._advance_name[traced]
         rows_g = self._grown_rows.get(T)
         if rows_g is None:
-            rows_g = self._grown_rows[T] = self._rows(0, Tg)
+            rows_g = self._grown_rows[T] = self.rows[:Tg][None]  # a dense view, once per width
         args = (*self._state, ptr, z, *([e] if e is not None else []), logits, rows_g, *extra)
         if not run.cuda_graphs:
             return run.run(name, after, args, SMALL, (extra[-1].shape[1] == 1,) if self.rule.noise else (),
