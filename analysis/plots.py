@@ -2,13 +2,14 @@
 
 Artists hold the data exactly as given (accuracy as a fraction, memory in bytes); units are shown
 by axis formatters, so what a test reads back from an artist is the column it passed in.
-Diffusion trials are the points; baseline samplers (static AR r=32, adaptive, speculative) are
-reference markers, as in the paper.
+Diffusion trials are the points; baseline samplers (static AR, adaptive, speculative) are reference markers: on the
+Pareto figure every static depth recorded (static AR r=4 and r=8 are the depth trade-off), elsewhere r=32 only, as
+in the paper. An accuracy scale (axis or colour bar) stays within [0, 1] while covering the data.
 """
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +89,27 @@ def _format_axis(ax: Axes, which: str, key: str) -> None:
     (ax.set_xlabel if which == "x" else ax.set_ylabel)(label(key))
     if key in ("accuracy", "accuracy_low", "accuracy_high"):
         axis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=None))
+        clamp_accuracy_axis(ax, which)
     elif key.endswith("_bytes"):
         axis.set_major_formatter(FuncFormatter(lambda v, _: _bytes(v)))
+
+
+def clamp_accuracy_axis(ax: Axes, which: str) -> None:
+    """Stop an accuracy axis at 0 and 1: autoscaling pads past the data (past 100% above points at 100%). The data lie
+    in [0, 1], so the clamped limits still cover them; markers on a limit are drawn whole (not clipped by the axes)."""
+    get, put = (ax.get_xlim, ax.set_xlim) if which == "x" else (ax.get_ylim, ax.set_ylim)
+    lo, hi = get()
+    put(max(lo, 0.0), min(hi, 1.0))
+    for artist in (*ax.collections, *ax.lines):
+        artist.set_clip_on(False)
+
+
+def accuracy_limits(values: np.ndarray, span: float = 0.1) -> tuple[float, float]:
+    """(vmin, vmax) of an accuracy colour bar: the data's range, at least `span` wide, inside [0, 1] (matplotlib
+    widens a flat grid at 1.0 to 0.9-1.1)."""
+    lo, hi = float(np.nanmin(values)), float(np.nanmax(values))
+    lo, hi = min(lo, max(hi - span, 0.0)), max(hi, min(lo + span, 1.0))
+    return max(lo, 0.0), min(hi, 1.0)
 
 
 def _bytes(v: float) -> str:
@@ -120,29 +140,39 @@ def _sort_key(v: Any) -> tuple:
     return (v is None, str(type(v)), v if v is not None else 0)
 
 
-def draw_baselines(ax: Axes, df: pl.DataFrame, x: str, y: str, reference_line: bool = True) -> list[str]:
-    """Baseline trials as reference markers (static AR only at r=32), mean over repeats, one marker
-    per setting (sampler + the keys that vary among its trials). Returns the labels drawn; the
-    first static r=32 setting also gets a horizontal reference line at its `y`."""
+def draw_baselines(ax: Axes, df: pl.DataFrame, x: str, y: str, reference_line: bool = True,
+                   static_r: Collection[int] | None = (REFERENCE_R,)) -> list[str]:
+    """Baseline trials as reference markers, mean over repeats with the interval of the mean (error bars when
+    recorded), one marker per setting (sampler + the keys that vary among its trials). Static AR is drawn at the
+    depths `static_r` (None: every depth recorded); when several are drawn, each is marked "r=<r>" beside its
+    marker. Returns the labels drawn; the first static r=32 setting also gets a horizontal reference line at its
+    `y`."""
     _, base = split_baselines(df)
     if base.is_empty() or x not in base.columns or y not in base.columns:
         return []
     base = _complete(base, x, y)
-    if "r" in base.columns:
-        base = base.filter((pl.col("sampler") != "static") | (pl.col("r") == REFERENCE_R))
+    if "r" in base.columns and static_r is not None:
+        base = base.filter((pl.col("sampler") != "static") | pl.col("r").is_in(list(static_r)))
     drawn, lined = [], False
     for part in base.partition_by("sampler", maintain_order=True):
         keys = ["sampler", *(k for k in SAMPLER_KEYS if k in part.columns and part[k].drop_nulls().n_unique() > 1)]
-        aggs = [pl.col(x).mean(), pl.col(y).mean()]
-        if "r" in part.columns and "r" not in keys:  # for the "Static AR (r=32)" label
-            aggs.append(pl.col("r").first())
-        agg = part.group_by(keys, maintain_order=True).agg(aggs)
-        for g in agg.iter_rows(named=True):
+        agg = group_means(part, keys, [x, y])
+        if "r" in part.columns and "r" not in keys:  # one depth: for the "Static AR (r=32)" label
+            agg = agg.with_columns(pl.lit(part["r"].drop_nulls().first()).alias("r"))
+        bars = {"yerr": _yerr(agg, y), "xerr": _yerr(agg, x)}
+        for i, g in enumerate(agg.iter_rows(named=True)):
             extra = [setting(k, g[k]) for k in keys[1:] if k != "r" and g[k] is not None]
             name = baseline_label(g) + (f" [{', '.join(extra)}]" if extra else "")
             ax.scatter([g[x]], [g[y]], marker=_BASELINE_MARKERS.get(g["sampler"], "X"), s=45, color="0.2",
                        edgecolor="white", linewidth=0.6, zorder=4, label=name)
-            if reference_line and g["sampler"] == "static" and not lined:
+            for axis, err in bars.items():
+                if err is not None:
+                    ax.errorbar([g[x]], [g[y]], fmt="none", ecolor="0.45", elinewidth=0.7, zorder=2,
+                                **{axis: err[:, i:i + 1]})
+            if g["sampler"] == "static" and "r" in keys:   # several depths share one marker: name each
+                ax.annotate(f"r={fmt_value(g['r'])}", (g[x], g[y]), textcoords="offset points", xytext=(5, 4),
+                            fontsize=7, color="0.2")
+            if reference_line and g["sampler"] == "static" and g.get("r") in (None, REFERENCE_R) and not lined:
                 ax.axhline(g[y], color="0.35", linestyle=":", linewidth=1.0, zorder=1)
                 lined = True
             drawn.append(name)
@@ -159,14 +189,15 @@ def legend(ax: Axes, **kw: Any) -> None:
 def plot_pareto(df: pl.DataFrame, x: str = "tokens_per_s", y: str = "accuracy",
                 hue: str | Sequence[str] = ("r_inner", "beta"), directions: Sequence[str] = DIRECTIONS,
                 frontier: bool = True, errorbars: bool = True, baselines: bool = True,
-                ax: Axes | None = None) -> Axes:
+                static_r: Collection[int] | None = None, ax: Axes | None = None) -> Axes:
     """Accuracy vs throughput of the diffusion trials, coloured by (r′, β_t) (fig:pareto).
 
     `ax.collections[0]` holds every diffusion point (row order of `df`), then the error bars of `y` and of `x`
     (their 95% intervals, when recorded). The front with noise: every trial that no other dominates beyond the
     intervals (ties included) is ringed (a collection labelled "not dominated beyond the 95% intervals"), and a line
     ("Pareto front") runs through the non-dominated points of the measured values sorted by `x`; baselines are extra
-    markers."""
+    markers (static AR at every depth recorded unless `static_r` names some). The axes cover every point and bar,
+    the accuracy axis within [0, 1]."""
     ax = new_axes(ax, (6.0, 3.6))
     diff, _ = split_baselines(df)
     diff = _complete(diff, x, y)
@@ -193,7 +224,7 @@ def plot_pareto(df: pl.DataFrame, x: str = "tokens_per_s", y: str = "accuracy",
         ax.plot(front[x].to_numpy(), front[y].to_numpy(), color="0.15", linewidth=1.0, zorder=2,
                 label="Pareto front")
     if baselines:
-        draw_baselines(ax, df, x, y)
+        draw_baselines(ax, df, x, y, static_r=static_r)
     _format_axis(ax, "x", x)
     _format_axis(ax, "y", y)
     handles, _ = ax.get_legend_handles_labels()
@@ -209,7 +240,7 @@ def plot_heatmap(df: pl.DataFrame, value: str = "accuracy", row: str = "r_inner"
     """Mean `value` over the `row` × `col` grid of diffusion trials (fig:heatmap, fig:tradeoff).
 
     `ax.images[0].get_array()` is the grid: rows = sorted `row` values (top to bottom), columns =
-    sorted `col` values, NaN-masked where no trial exists."""
+    sorted `col` values, NaN-masked where no trial exists. An accuracy colour bar spans the data within [0, 1]."""
     ax = new_axes(ax)
     diff, _ = split_baselines(df)
     diff = _complete(diff, value, row, col)
@@ -219,8 +250,9 @@ def plot_heatmap(df: pl.DataFrame, value: str = "accuracy", row: str = "r_inner"
     for r_val, c_val, v in diff.group_by([row, col]).agg(pl.col(value).cast(pl.Float64).mean()).iter_rows():
         grid[rows.index(r_val), cols.index(c_val)] = v
     import seaborn  # noqa: F401  (registers the "crest"/"flare" colormaps with matplotlib)
+    limits = accuracy_limits(grid) if value == "accuracy" and np.isfinite(grid).any() else (None, None)
     img = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap or ("crest" if value == "accuracy" else "flare"),
-                    aspect="auto")
+                    aspect="auto", vmin=limits[0], vmax=limits[1])
     ax.set_xticks(range(len(cols)), [fmt_value(c) for c in cols])
     ax.set_yticks(range(len(rows)), [fmt_value(r) for r in rows])
     ax.set_xlabel(label(col))
@@ -232,7 +264,7 @@ def plot_heatmap(df: pl.DataFrame, value: str = "accuracy", row: str = "r_inner"
         cbar.formatter = PercentFormatter(xmax=1.0, decimals=None)
         cbar.update_ticks()
     if annotate and grid.size and np.isfinite(grid).any():
-        mid = np.nanmean([np.nanmin(grid), np.nanmax(grid)])
+        mid = (img.norm.vmin + img.norm.vmax) / 2   # white text on the darker half of the colour map
         for (i, j), v in np.ndenumerate(grid):
             if np.isfinite(v):
                 text = f"{100 * v:.1f}" if value == "accuracy" else f"{v:.3g}"

@@ -5,6 +5,7 @@ import numpy as np
 import polars as pl
 import pytest
 from matplotlib.axes import Axes
+from matplotlib.collections import LineCollection, PathCollection
 import matplotlib.pyplot as plt
 
 from analysis import plots, trace_plots
@@ -43,14 +44,68 @@ def test_pareto_plot(grid):
     assert list(zip(front.get_xdata(), front.get_ydata())) == pytest.approx(expected)
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "r′=1, β_t=0.5" in labels and len([l for l in labels if l.startswith("r′=")]) == 5
-    # Baselines: static at r=32 only (r=8 is off-scale in the paper), adaptive, speculative.
-    assert {"Static AR (r=32)", "Adaptive Compute AR", "Speculative Decoding AR"} <= set(labels)
-    assert "Static AR (r=8)" not in labels
-    base = {c.get_label(): c.get_offsets()[0].tolist() for c in ax.collections
-            if c.get_label() in ("Static AR (r=32)", "Adaptive Compute AR", "Speculative Decoding AR", "Static AR (r=8)")}
-    assert set(base) == {"Static AR (r=32)", "Adaptive Compute AR", "Speculative Decoding AR"}
-    assert base["Static AR (r=32)"] == [36.0, 0.42]
+    # Baselines: static AR at every depth recorded (r=8 is the depth trade-off), adaptive, speculative.
+    names = ("Static AR (r=32)", "Static AR (r=8)", "Adaptive Compute AR", "Speculative Decoding AR")
+    assert set(names) <= set(labels)
+    base = {c.get_label(): c.get_offsets()[0].tolist() for c in ax.collections if c.get_label() in names}
+    assert base == {"Static AR (r=32)": [36.0, 0.42], "Static AR (r=8)": [137.0, 0.31],
+                    "Adaptive Compute AR": [66.9, 0.423], "Speculative Decoding AR": [69.5, 0.428]}
+    assert [(t.get_text(), t.xy) for t in ax.texts] == [("r=8", (137.0, 0.31)), ("r=32", (36.0, 0.42))]
+    (ref,) = [l for l in ax.lines if l.get_linestyle() == ":"]
+    assert list(ref.get_ydata()) == [0.42, 0.42]                                     # the line is at r=32, not r=8
     assert ax.get_xlabel() == LABELS["tokens_per_s"] and ax.get_ylabel() == "accuracy"
+
+
+def test_pareto_plot_static_r_picks_depths(grid):
+    ax = plots.plot_pareto(grid, static_r=[32])
+    labels = ax.get_legend_handles_labels()[1]
+    assert "Static AR (r=32)" in labels and "Static AR (r=8)" not in labels and not ax.texts
+
+
+def _embedded_main_job() -> pl.DataFrame:
+    """The main job's shape on the embedded default: every diffusion trial and the deep baselines at accuracy 1.0
+    (Wilson interval [0.981, 1]), static AR r=4 and r=8 far below."""
+    acc = {"accuracy": 1.0, "accuracy_low": 0.981, "accuracy_high": 1.0}
+    rows = [{"number": n, "state": "COMPLETE", "sampler": "diffusion", "r_inner": ri, "beta": 0.0, "r": 32,
+             "tokens_per_s": tps, "tokens_per_s_lo": tps - 5, "tokens_per_s_hi": tps + 5, **acc}
+            for n, ri, tps in [(0, 1, 258.2), (6, 2, 231.3), (7, 4, 178.4), (8, 8, 111.1)]]
+    rows += [{"number": 1, "state": "COMPLETE", "sampler": "static", "r": 32, "tokens_per_s": 50.3, **acc},
+             {"number": 2, "state": "COMPLETE", "sampler": "static", "r": 4, "tokens_per_s": 254.1,
+              "accuracy": 0.28, "accuracy_low": 0.222, "accuracy_high": 0.346},
+             {"number": 3, "state": "COMPLETE", "sampler": "static", "r": 8, "tokens_per_s": 148.6,
+              "accuracy": 0.43, "accuracy_low": 0.363, "accuracy_high": 0.499},
+             {"number": 4, "state": "COMPLETE", "sampler": "adaptive", "r": 32, "tokens_per_s": 195.0, **acc},
+             {"number": 5, "state": "COMPLETE", "sampler": "speculative", "r": 32, "tokens_per_s": 93.9, **acc}]
+    return pl.DataFrame(rows)
+
+
+def test_pareto_axes_cover_every_trial_within_100_percent():
+    """Static AR r=4/8 and the trials at 100% on one figure: the limits hold every point and error bar, and the
+    accuracy axis stops at 1 (autoscaling alone pads it past 100%); nothing is clipped at the edge."""
+    df = _embedded_main_job()
+    ax = plots.plot_pareto(df)
+    base = {c.get_label(): c.get_offsets()[0].tolist() for c in ax.collections if c.get_label().startswith("Static")}
+    assert base == {"Static AR (r=4)": [254.1, 0.28], "Static AR (r=8)": [148.6, 0.43], "Static AR (r=32)": [50.3, 1.0]}
+    points = np.vstack([c.get_offsets() for c in ax.collections if isinstance(c, PathCollection)])
+    ends = np.vstack([seg for c in ax.collections if isinstance(c, LineCollection) for seg in c.get_segments()])
+    # Static r=4's bar runs from its Wilson interval's low end, 0.222: the lowest extent of the figure.
+    assert ends[:, 1].min() == pytest.approx(0.222) and ends[:, 1].max() == pytest.approx(1.0)
+    assert ends[:, 0].max() == pytest.approx(263.2)                # diffusion r′=1's tokens/s interval
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    assert y1 == 1.0 and 0.0 <= y0 <= 0.222
+    for xy in (points, ends):
+        assert ((xy[:, 0] >= x0) & (xy[:, 0] <= x1) & (xy[:, 1] >= y0) & (xy[:, 1] <= y1)).all()
+    assert not any(c.get_clip_on() for c in ax.collections)      # a marker at 100% is drawn whole
+
+
+def test_accuracy_axis_clamped_in_tradeoff_and_cache_sharing():
+    df = pl.DataFrame({"sampler": ["diffusion"] * 3, "epsilon": [0.01, 0.03, 0.1], "accuracy": [1.0, 1.0, 0.99],
+                       "tokens_per_s": [80.0, 150.0, 200.0]})
+    y0, y1 = plots.plot_tradeoff(df, param="epsilon", baselines=False).get_ylim()
+    assert y1 == 1.0 and y0 <= 0.99
+    kv = pl.DataFrame({"sampler": ["static"] * 2, "r": [32, 32], "kv_cache": ["shared", "per_step"],
+                       "kv_cache_bytes": [2**20, 32 * 2**20], "accuracy": [0.0, 1.0]})
+    assert plots.plot_cache_sharing(kv).get_ylim() == (0.0, 1.0)
 
 
 def test_pareto_plot_error_bars_and_given_axes(grid):
@@ -89,6 +144,32 @@ def test_heatmap(grid):
     assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "0.5"]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["1", "2", "4"]
     assert ax.get_xlabel() == "β_t" and ax.get_ylabel() == "r′"
+
+
+def _colour_bar_limits(ax: Axes) -> tuple[float, float]:
+    (cbar_ax,) = [a for a in ax.figure.axes if a is not ax]
+    return cbar_ax.get_ylim()
+
+
+def test_heatmap_accuracy_colour_bar_stays_within_100_percent():
+    """A flat grid at 100% (every trial of the embedded default): matplotlib's own scale would run 90-110%."""
+    df = pl.DataFrame({"r_inner": [1, 2, 4, 8], "beta": [0.0] * 4, "accuracy": [1.0] * 4})
+    ax = plots.plot_heatmap(df)
+    img = ax.images[0]
+    assert (img.norm.vmin, img.norm.vmax) == pytest.approx((0.9, 1.0))
+    assert _colour_bar_limits(ax) == pytest.approx((0.9, 1.0))
+    assert {t.get_color() for t in ax.texts} == {"white"}        # 100.0 on the dark end of the map
+
+
+@pytest.mark.parametrize("values, limits", [([0.97, 0.99, 1.0, 1.0], (0.9, 1.0)),   # near 1: widened downward
+                                            ([0.0, 0.02], (0.0, 0.1)),              # near 0: widened upward
+                                            ([0.28, 0.43, 0.95], (0.28, 0.95))])    # wide: the data's range
+def test_heatmap_accuracy_colour_bar_covers_data(values, limits):
+    df = pl.DataFrame({"r_inner": list(range(len(values))), "beta": [0.0] * len(values), "accuracy": values})
+    ax = plots.plot_heatmap(df)
+    vmin, vmax = ax.images[0].norm.vmin, ax.images[0].norm.vmax
+    assert (vmin, vmax) == pytest.approx(limits)
+    assert 0.0 <= vmin <= min(values) and max(values) <= vmax <= 1.0
 
 
 def test_heatmap_averages_repeats():
