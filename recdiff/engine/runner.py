@@ -92,7 +92,6 @@ class Runner:
         self.cuda_graphs = policy == "shared" and (emulate or (compile and p.device.type == "cuda"))
         self.graphs = Graphs(emulate, functools.partial(own_calls, self))
         self._buffers: dict[tuple, Tensor] = {}
-        self.rows_all = torch.arange(slots, device=p.device)
         self.key_range = torch.arange(length, device=p.device)
         self.write_all = torch.ones(slots, dtype=torch.bool, device=p.device)
         self.chunk = CHUNK if self.compiled else 1  # recurrences per call between adaptive-exit checks
