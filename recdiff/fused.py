@@ -1,14 +1,14 @@
 """A layer's elementwise work as one kernel apiece, for model steps replayed from CUDA graphs.
 
 At batch 1 a Huginn layer's weight products stream near the copy bandwidth, but eagerly each RMS norm is eight
-kernels, RoPE a dozen, and a recurrence about 250 kernels of a few µs each: the first GPU runs (docs/gpu.md) put a
-static r=32 token at 45 ms where its 109 GB stream in 26. Inside a captured graph nothing but the kernels costs,
-so each elementwise function (norm with its residual add, q/k bias with RoPE, SiLU gate) is compiled by inductor
-into one kernel while the products stay cuBLAS's. Compilation happens at a graph's warm-up call (before capture);
+kernels, RoPE a dozen, and a recurrence about 250 small kernels, which keep a static r=32 token well above the
+time its weights take to stream (docs/gpu.md). Inside a captured graph nothing but the kernels costs, so each
+elementwise function (norm with its residual add, q/k bias with RoPE, SiLU gate) is compiled by inductor into one
+kernel while the products stay cuBLAS's. Compilation happens at a graph's warm-up call (before capture);
 replays never enter Python, so dynamo's per-call guards cost nothing there.
 
-Only on CUDA with Triton and only under ``compile=True`` (:func:`recdiff.engine.runner.set_compile`); eager runs keep
-the plain functions. ``RECDIFF_FUSE=0`` turns it off (the bench's side-by-side figures).
+Only on CUDA with Triton and only under ``compile=True`` (:func:`recdiff.engine.runner.set_compile`); eager runs
+keep the plain functions. ``RECDIFF_FUSE=0`` turns it off (the bench's side-by-side figures).
 """
 
 from __future__ import annotations

@@ -79,8 +79,7 @@ def cached_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, gqa: bool) -
     Eagerly on a CPU this calls PyTorch's fused CPU kernel exactly as ``scaled_dot_product_attention`` does (with
     the mask as an additive float mask), as the aten op itself. Compiled CPU code computes it as two batched
     products around a softmax that inductor fuses with the mask, in float32 as the kernel does: the kernel's fixed
-    cost per call outweighs a one-position step's attention (random-small, 4 recurrences at one position: 1.57 →
-    1.44 ms)."""
+    cost per call outweighs a one-position step's attention (docs/speed.md)."""
     if q.device.type == "cpu" and not gqa and torch.compiler.is_compiling():
         s = (q.float() @ k.float().transpose(-1, -2)) * q.shape[-1] ** -0.5
         return (torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1) @ v.float()).to(q.dtype)

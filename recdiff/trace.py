@@ -1,7 +1,7 @@
 """The diffusion sampler's per-step record: what the token-stability pictures are drawn from.
 
-One row per sampler step (recorded at the end of the step), columns = absolute positions (prompt included).
-Compact on purpose: int32 tokens and counters, float16 latent changes.
+One row per sampler step (recorded at the end of the step by a :class:`TraceRecorder`), columns = absolute
+positions (prompt included). Compact on purpose: int32 tokens and counters, float16 latent changes.
 """
 
 from __future__ import annotations
@@ -45,3 +45,32 @@ class DiffusionTrace:
         with np.load(path) as f:
             return cls(tokens=f["tokens"], frozen=f["frozen"], counter=f["counter"], stability=f["stability"], delta=f["delta"],
                        prompt_len=int(f["prompt_len"]))
+
+
+class TraceRecorder:
+    """Collects one sequence's :class:`DiffusionTrace`, one row per step; only used with trace=True, so host copies
+    here are fine."""
+
+    def __init__(self, prompt_len: int) -> None:
+        self.prompt_len = prompt_len
+        self.rows: list[tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def record(self, seq: np.ndarray, n_frozen: int, counter: np.ndarray, stable: np.ndarray, delta: np.ndarray | None,
+               lo: int) -> None:
+        """One step: the sequence, frozen count, counters and stability so far, and δ of the states compared from
+        position ``lo`` on."""
+        d = np.full(len(counter), np.nan, dtype=np.float16)
+        if delta is not None:
+            d[lo : lo + len(delta)] = delta
+        self.rows.append((seq.astype(np.int32), n_frozen, counter.astype(np.int32), stable.astype(np.int32), d))
+
+    def finish(self) -> DiffusionTrace:
+        S, P = len(self.rows), max((len(r[0]) for r in self.rows), default=0)
+        tokens = np.full((S, P), -1, dtype=np.int32)
+        counter, stability = np.zeros((S, P), dtype=np.int32), np.zeros((S, P), dtype=np.int32)
+        delta = np.full((S, P), np.nan, dtype=np.float16)
+        for i, (t, _, c, st, d) in enumerate(self.rows):
+            tokens[i, : len(t)], counter[i, : len(c)], stability[i, : len(st)], delta[i, : len(d)] = t, c, st, d
+        frozen = np.array([r[1] for r in self.rows], dtype=np.int32)
+        return DiffusionTrace(tokens=tokens, frozen=frozen, counter=counter, stability=stability, delta=delta,
+                              prompt_len=self.prompt_len)

@@ -38,9 +38,9 @@ torch.set_num_threads(1)
 
 # every call whose caller hands the runner its arguments' specialisation is checked against prepare() (the default
 # checks a key's first call and every 64th after)
-import recdiff.engine.runner  # noqa: E402
+import recdiff.engine.program  # noqa: E402
 
-recdiff.engine.runner.CHECK_EVERY = 1
+recdiff.engine.program.CHECK_EVERY = 1
 
 
 def fixture_id(d: Path) -> str:

@@ -5,7 +5,7 @@ While :func:`profiling` is active it instruments, and restores on exit:
 - each given batch class's ``step`` (one sampler step over every occupied slot: :class:`~recdiff.engine.scheduler.SlotBatch`);
 - the model calls: the runner's pieces (``Runner.embed``, ``embed_window``, ``cores``, ``cores_exit``, ``decode``:
   P, R and C, eager or compiled; a diffusion step's P gathers its window's token ids and positions from the batch
-  state and mixes in the embedding momentum inside its call: :func:`~recdiff.engine.runner.window_piece`) and
+  state and mixes in the embedding momentum inside its call: :func:`~recdiff.engine.pieces.window_piece`) and
   the model's own ``embed`` / ``core_step`` / ``decode`` called outside a runner; under CUDA graphs a replayed model
   step (``Runner.graphed`` with ``model=True``), whose replay calls none of them from Python, the few
   operations captured around P, R and C (a diffusion step's noise and momentum) included;

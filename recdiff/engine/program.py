@@ -2,27 +2,30 @@
 
 ``torch.compile`` pays a fixed cost on every call of a compiled function: dynamo's frame prologue extracts each
 input and its symbolic sizes and evaluates guards. With dynamic shapes and a model's weights and KV buffers as
-inputs that is 0.1-0.25 ms per call, as much as a whole recurrence of a small model. A :class:`Program` uses dynamo
-only to capture the function once per specialisation (:meth:`Program.key`), compiles the graph with inductor, and
-from then on calls the compiled graph itself with its inputs gathered by one generated expression (~20 µs), and
-where it can, inductor's generated code below the graph's per-call wrappers (:func:`direct`).
+inputs that costs as much per call as a whole recurrence of a small model (docs/speed.md). A :class:`Program` uses
+dynamo only to capture the function once per specialisation (:func:`prepare`'s signature), compiles the graph with
+inductor, and from then on calls the compiled graph itself with its inputs gathered by one generated expression,
+and where it can, inductor's generated code below the graph's per-call wrappers (:func:`direct`). A runner's
+:class:`Programs` picks the program of each call (by name and specialisation) and checks the signatures its callers
+vouch for.
 
 Contract of the functions compiled this way (the engine's pieces respect it):
 
-- ``fn(model, cache, args)``: ``model`` and ``cache`` are fixed for the program's life (their tensors are looked up
-  once, at capture; the model's parameters are copied into the graph as constants, see :data:`PATCHES`); ``args``
+- ``fn(model, owner, args)``: ``model`` and ``owner`` (the runner) are fixed for the program's life (their tensors
+  are looked up once, at capture; the model's parameters are copied into the graph as constants, see :data:`PATCHES`); ``args``
   is a tuple of tensors, the only thing that changes between calls.
 - no Python side effects (nothing assigned to objects, no prints); no randomness; every Python constant the
   function depends on (a flag, ε, η, a count) is part of ``name``, which keys the program.
 - it returns a tuple of new tensors. It may write into its argument tensors (the graph makes the same writes; the
   capture's check in :func:`direct` compares them too); its caller then hands them in contiguous and vouched for
-  (``Runner.run``'s ``sig``), as :func:`prepare` would otherwise hand the program a copy.
+  (:class:`Programs`' ``sig``), as :func:`prepare` would otherwise hand the program a copy.
 
 The arguments' dimensions are dynamic (one graph for every batch width, wavefront width, prompt length and key
-count; weights and KV buffers are static) with duck sizing off, so two dimensions that happened to be equal at capture are never assumed equal later. Dynamo still
-specialises a dimension of size 1; :meth:`Program.key` therefore includes, for every argument, which of its
-dimensions are 1, and a call with a new pattern captures a new graph. Guards are not evaluated on replay: the key
-is what makes a replay valid, which is why everything the function depends on must be in it.
+count; weights and KV buffers are static) with duck sizing off, so two dimensions that happened to be equal at
+capture are never assumed equal later. Dynamo still specialises a dimension of size 1; :func:`prepare`'s signature
+therefore includes, for every argument, which of its dimensions are 1, and a call with a new pattern captures a new
+graph. Guards are not evaluated on replay: the key is what makes a replay valid, which is why everything the
+function depends on must be in it.
 """
 
 from __future__ import annotations
@@ -38,12 +41,12 @@ from torch import Tensor
 
 from recdiff import compat
 
-# inductor's C++ wrapper calls the kernels from C++ (about 1.7x faster calls of a small model's layers than its
-# Python wrapper) at about 1.5x the compile time; RECDIFF_CPP_WRAPPER=0 selects the Python wrapper
+# inductor's C++ wrapper calls the kernels from C++ (faster calls of a small model's layers than its Python wrapper,
+# at a longer compile: docs/speed.md); RECDIFF_CPP_WRAPPER=0 selects the Python wrapper
 CPP_WRAPPER = os.environ.get("RECDIFF_CPP_WRAPPER", "1") != "0"
 
 # Parameters are frozen into each graph as constants (prepacked copies: a compiled piece pays the weights' memory
-# again) so that inductor may use its own C++ GEMM template for products with a weight: 1.5-2.5x MKL's sgemm for
+# again) so that inductor may use its own C++ GEMM template for products with a weight, faster than MKL's sgemm for
 # the few rows of a wavefront or a batch on small models. max-autotune times the template against ATEN once per
 # shape; the choice is cached on disk (inductor's autotune cache), so processes on one machine share it.
 PATCHES = {"cpp_wrapper": CPP_WRAPPER, "freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
@@ -78,9 +81,8 @@ def internals() -> SimpleNamespace:
 
 
 # Rows (the product of the first argument's dimensions but a float's last) from which a call takes the "many rows"
-# graph. Inductor blocks its GEMMs for the row count met at capture: a graph captured at a wavefront's few rows
-# runs a 64-row prefill 1.6x slower than one captured there, and one captured at a prefill runs a few rows 2.3x
-# slower (embedded model, 4 recurrences: 2 rows 0.22 vs 0.50 ms, 64 rows 3.4 vs 2.2 ms; the crossing is 8-16 rows).
+# graph. Inductor blocks its GEMMs for the row count met at capture, so a graph captured at a wavefront's few rows
+# runs a prefill's many slowly, and the other way round; the two cross between 8 and 16 rows (docs/speed.md).
 MANY_ROWS = 16
 
 
@@ -105,7 +107,7 @@ def prepare(args: tuple[Tensor, ...]) -> tuple[tuple[Tensor, ...], tuple]:
     other strides) and what a captured graph is specialised on besides its name: the dtype and the size-1
     dimensions of each argument (dynamo specialises sizes 0 and 1 even under dynamic shapes), and whether the first
     argument has :data:`MANY_ROWS` rows or more (two graphs per piece at most, each blocked for its kind of call).
-    One pass over the arguments: this runs before every compiled call (~1 µs an argument)."""
+    One pass over the arguments: this runs before every compiled call that no caller vouched for."""
     dense, sig = [], [rows(args[0]) >= MANY_ROWS]
     for a in args:
         shape = a.shape
@@ -121,9 +123,9 @@ def prepare(args: tuple[Tensor, ...]) -> tuple[tuple[Tensor, ...], tuple]:
 class Program:
     """``fn`` compiled for one specialisation; call it with ``args`` of that specialisation only."""
 
-    def __init__(self, fn: Fn, model: Any, cache: Any, patches: dict[str, Any] | None = None,
+    def __init__(self, fn: Fn, model: Any, owner: Any, patches: dict[str, Any] | None = None,
                  static: tuple[tuple[int, ...], ...] | None = None) -> None:
-        self.fn, self.model, self.cache, self.patches = fn, model, cache, patches or {}
+        self.fn, self.model, self.owner, self.patches = fn, model, owner, patches or {}
         self.static = static  # per argument, the dimensions kept static (the caller's constants: slots, S, E, V)
         self.compiled: Callable[..., Any] | None = None
         self.gather: Callable[[tuple[Tensor, ...], list[Any]], list[Any]] | None = None
@@ -159,8 +161,8 @@ class Program:
             return first_call
 
         # each capture gets a code object of its own, so dynamo keeps exactly one graph for it
-        def piece(model: Any, cache: Any, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-            return self.fn(model, cache, args)
+        def piece(model: Any, owner: Any, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+            return self.fn(model, owner, args)
 
         # only the arguments' dimensions vary; weights and KV buffers keep static shapes (a symbolic size is one more
         # input to convert on every call). The marks go on aliases (the same memory): dynamo keeps a mark on the tensor
@@ -173,15 +175,15 @@ class Program:
                 if size != 1 and d not in fixed:
                     api.maybe_mark_dynamic(a, d)
         fn = torch.compile(piece, backend=backend, dynamic=False, fullgraph=True)
-        # PATCHES hold while dynamo traces too: with freezing on, parameters become graph constants, not inputs
-        # the program's own overrides (a sampler's small tensor functions), then engine_options["inductor"]: overrides of
-        # PATCHES for this model (e.g. the tests' quick-compile settings)
+        # PATCHES hold while dynamo traces too: with freezing on, parameters become graph constants, not inputs.
+        # Over them the program's own overrides (a sampler's small tensor functions), then
+        # engine_options["inductor"], this model's (e.g. the tests' quick-compile settings)
         patches = {**PATCHES, **self.patches, **self.model.engine_options.get("inductor", {})}
         before = tuple(a.clone() for a in args)  # the arguments as the capture found them (it may write them)
         with api.fx_config.patch(use_duck_shape=False), api.inductor_config.patch(patches), torch.no_grad(), \
                 warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="TypedStorage is deprecated")  # inductor's autotuner, not ours
-            out = fn(self.model, self.cache, args)
+            out = fn(self.model, self.owner, args)
         api.reset_code(piece.__code__)  # replays never go through dynamo: free its cache entry
         self._plan(sources)
         self.direct = direct(self.compiled, self.gather(before, self.fixed), graph_out[0] if graph_out else None,
@@ -196,7 +198,7 @@ class Program:
     def _plan(self, sources: list[str]) -> None:
         """One expression that gathers the graph's inputs in placeholder order: per-call ones from ``args``
         (``L['args'][i]`` and their sizes), the others (weights, KV buffers and their sizes) looked up now."""
-        env = {"L": {"model": self.model, "cache": self.cache}, "G": self.fn.__globals__}
+        env = {"L": {"model": self.model, "owner": self.owner}, "G": self.fn.__globals__}
         parts = []
         for src in sources:
             if src.startswith("L['args']"):
@@ -213,7 +215,7 @@ def direct(compiled: Callable[..., Any], inputs: list[Any], expected: Any, writt
     directly does what ``compiled`` does; else None. Around it, on every call, sit dynamo's disable context, AOT
     autograd's runtime wrapper (which prepends the graph module's own parameters, bumps the version counters of
     mutated inputs and marks outputs dynamic: nothing a replay here needs) and, with frozen weights, freezing's
-    wrapper (which drops those parameters again): 7-25 µs a call (a compiled batch-1 diffusion step: 1.64 → 1.42 ms).
+    wrapper (which drops those parameters again): a cost per call that a small model's step feels (docs/speed.md).
     Used only where the generated code takes exactly the program's own inputs, in order, and a call with ``inputs``
     (copies of the capture's arguments as it found them) returns the capture's outputs, as many (none added for
     mutated inputs or aliased outputs) and of the same values, and leaves its arguments as the capture left its own
@@ -256,3 +258,73 @@ def direct(compiled: Callable[..., Any], inputs: list[Any], expected: Any, writt
 
 def _equal(a: Any, b: Tensor) -> bool:
     return isinstance(a, Tensor) and a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
+
+
+# ---------------------------------------------------------------------------------------------- dispatch
+# A caller that hands in its arguments' specialisation (sig) skips prepare(); its sig is checked against prepare()
+# on the key's first call and every CHECK_EVERY-th after (the test suite sets 1: every call).
+CHECK_EVERY = 64
+# inductor settings for a program of few kernels and many small inputs (a sampler's step function): the C++ wrapper
+# turns every dynamic size into a tensor on each call and saves little on few kernels; the wrapper's checks of each
+# input's size, strides and alignment are redundant where prepare() or a vouched sig guarantees row-major strides
+# and CPU kernels load unaligned (figures: docs/speed.md)
+SMALL = {"cpp_wrapper": False, "size_asserts": False, "alignment_asserts": False, "scalar_asserts": False}
+
+
+class Programs:
+    """The compiled programs of one runner, by name and specialisation: each call of :meth:`run` goes to its own.
+    ``model`` and ``owner`` (the runner, which a piece takes as its second argument) are fixed for the table's life."""
+
+    def __init__(self, model: Any, owner: Any) -> None:
+        self.model, self.owner = model, owner
+        self.compiled: dict[tuple, Program] = {}
+        # (name, a caller's sig) → [program, prepare's sig, calls, the static dimensions' sizes]
+        self.vouched: dict[tuple, list] = {}
+
+    def run(self, name: str, fn: Fn, args: tuple[Tensor, ...], patches: dict[str, Any] | None = None,
+            sig: tuple | None = None, static: tuple[tuple[int, ...], ...] | None = None) -> tuple[Tensor, ...]:
+        """``fn(model, owner, args)`` as the compiled program of ``name`` (which must name every constant ``fn``
+        depends on) for this specialisation of ``args``, compiled with inductor's ``patches`` over :data:`PATCHES`
+        (e.g. :data:`SMALL`). A caller that knows its arguments' specialisation hands it in as ``sig``
+        (:meth:`_vouched`) and skips :func:`prepare`'s pass over them; with it, ``static`` may name per argument the
+        dimensions that are the owner's constants (slots, cache length, model widths), compiled as fixed sizes
+        (fewer sizes to pass, loops of known length)."""
+        if sig is not None:
+            entry = self.vouched.get((name, sig))
+            if entry is None or entry[2] % CHECK_EVERY == 0:
+                entry = self._vouched(name, sig, fn, args, patches, static)
+            entry[2] += 1
+            return entry[0](args)
+        args, psig = prepare(args)
+        key = (name, psig)
+        prog = self.compiled.get(key)
+        if prog is None:
+            prog = self.compiled[key] = Program(fn, self.model, self.owner, patches)
+        return prog(args)
+
+    def _vouched(self, name: str, sig: tuple, fn: Fn, args: tuple[Tensor, ...], patches: dict[str, Any] | None,
+                 static: tuple[tuple[int, ...], ...] | None = None) -> list:
+        """The ``[program, prepare's signature, calls, sizes]`` entry of a caller's own ``sig``, checked against
+        :func:`prepare` (on its first call and every :data:`CHECK_EVERY`-th after): the caller vouches that its
+        arguments are contiguous as they are (a batch-1 view's odd stride in a size-1 dimension is never read) and
+        that ``sig`` differs wherever prepare's signature would. A caller that breaks this fails here, in one line."""
+        _, psig = prepare(args)
+        key = (name, sig)
+        entry = self.vouched.get(key)
+        if not all(a.is_contiguous() for a in args) or (entry is not None and entry[1] != psig) or (
+                entry is not None and static and entry[3] != _sizes(args, static)):
+            raise RuntimeError(f"{name[:60]}: arguments other than their caller's signature {sig} says "
+                               f"(shapes {[tuple(a.shape) for a in args]})")
+        if entry is None:
+            # a program with static dimensions is its own: an unvouched call of the same name must not get it
+            pkey = (name, psig) if static is None else (name, psig, static)
+            prog = self.compiled.get(pkey)
+            if prog is None:
+                prog = self.compiled[pkey] = Program(fn, self.model, self.owner, patches, static)
+            entry = self.vouched[key] = [prog, psig, 0, _sizes(args, static) if static else None]
+        return entry
+
+
+def _sizes(args: tuple[Tensor, ...], static: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    """The sizes of ``args``' static dimensions (what a program compiled with them as constants assumes)."""
+    return tuple(a.shape[d] for a, dims in zip(args, static, strict=True) for d in dims)

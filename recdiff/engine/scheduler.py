@@ -10,7 +10,7 @@ Admissions are grouped: while other sequences run, waiting prompts enter once a 
 remaining prompt) can enter together. A prefill runs r recurrences over the whole prompt and costs about as much
 per call for one prompt as for several, so prefilling in groups buys more than a slot left idle for a few steps
 costs. Prompts wait longest first: a prefill pads its prompts to the longest among them, so prompts of similar
-length admitted together pad little (embedded model, 64 prompts of 29-57 tokens at B=32: prefill 0.69 → 0.56-0.62 s).
+length admitted together pad little (docs/speed.md).
 No sequence's result depends on when it is admitted or next to whom.
 """
 

@@ -1,18 +1,18 @@
 """Token-by-token decoding shared by the static and adaptive-compute samplers, for a batch of slots.
 
 Prompts admitted together are prefilled in one padded call (each at r recurrences, or until its own adaptive
-exit: :meth:`~recdiff.engine.runner.Runner.prefill`), then every step
-decodes one token for every occupied slot at that slot's own position. Static depth runs the whole step without
-a host synchronisation (on CUDA as one captured graph); adaptive compute reads back "has every row exited?"
-after each recurrence, the decision that is adaptive compute. A row that exited keeps its state and its K/V
-while the others recur.
+exit: :meth:`ARBatch._prefill_exit`), then every step decodes one token for every occupied slot at that slot's own
+position. Static depth runs the whole step without a host synchronisation (on CUDA as one captured graph);
+adaptive compute reads back "has every row exited?" after each call of the exit piece, the decision that is
+adaptive compute. A row that exited keeps its state and its K/V while the others recur.
 """
 
 from __future__ import annotations
 
 import torch
 
-from recdiff.engine.runner import Runner, cache_length
+from recdiff.engine.pool import cache_length, get_runner
+from recdiff.model import relative_change
 from recdiff.engine.scheduler import Request
 from recdiff.samplers.base import GenerationResult, Options, check_fits
 
@@ -21,9 +21,10 @@ class ARBatch:
     def __init__(self, opts: Options, r: int, init_scale: float, kv_cache: str, epsilon: float | None,
                  exit_in_prefill: bool = True) -> None:
         m = opts.model
-        self.opts, self.r, self.alpha, self.eps, self.exit_in_prefill = opts, r, init_scale, epsilon, exit_in_prefill
+        self.opts, self.r, self.init_scale, self.epsilon = opts, r, init_scale, epsilon
+        self.exit_in_prefill = exit_in_prefill
         self.slots = opts.slots
-        self.runner = Runner.get(m, opts.slots, cache_length(m), kv_cache, max_steps=r)
+        self.runner = get_runner(m, opts.slots, cache_length(m), kv_cache, max_steps=r)
         dev = self.runner.device
         self.ids = torch.zeros((self.slots, 1), dtype=torch.long, device=dev)
         self.pos = torch.zeros((self.slots, 1), dtype=torch.long, device=dev)
@@ -35,9 +36,12 @@ class ARBatch:
     # ------------------------------------------------------------------------------------------ prefill
     def admit(self, entries: list[tuple[int, Request]]) -> None:
         slots, reqs = [b for b, _ in entries], [q for _, q in entries]
-        exits = self.eps if self.exit_in_prefill else None
-        logits, _, steps = self.runner.prefill([q.prompt for q in reqs], slots, self.r, self.alpha,
-                                               [q.generator for q in reqs], exits)
+        prompts, gens = [q.prompt for q in reqs], [q.generator for q in reqs]
+        if self.epsilon is not None and self.exit_in_prefill:
+            logits, steps = self._prefill_exit(prompts, slots, gens)
+        else:
+            logits, _ = self.runner.prefill(prompts, slots, self.r, self.init_scale, gens)
+            steps = [self.r] * len(prompts)
         for i, (slot, req) in enumerate(entries):
             L = len(req.prompt)
             tok = int(self.opts.select(logits[i : i + 1], req.generator)[0])
@@ -46,6 +50,29 @@ class ARBatch:
             self.req[slot] = req
             self._append(slot, tok, steps[i])
             self.ids[slot, 0], self.pos[slot, 0] = tok, L
+
+    def _prefill_exit(self, prompts: list[list[int]], slots: list[int], gens: list[torch.Generator]
+                      ) -> tuple[torch.Tensor, list[int]]:
+        """The prompts prefilled with adaptive exits: each runs until the mean δ over its own positions falls below ε
+        (at most r recurrences), then keeps its state and K/V while the others go on; the mean is taken over the
+        prompt alone and compared on the host, exactly as for the prompt prefilled by itself. Returns the last
+        prompt position's logits ``(n, V)`` and each prompt's recurrences."""
+        run, n = self.runner, len(prompts)
+        p = run.prefill_start(prompts, slots, self.init_scale, gens)
+        z, steps, exited = p.z0, [self.r] * n, [False] * n
+        for k in range(self.r):
+            # an exited row keeps its K/V (a duplicated row, as its prompt)
+            write = torch.tensor([not x for x in exited + exited[: int(p.dup)]], device=run.device)
+            z_new = run.cores(z, p.e, p.pos, p.T, 1, p.rows, write, step0=k)
+            delta = relative_change(z_new, z)
+            means = torch.stack([delta[i, : p.lens[i]].mean() for i in range(n)]).tolist()
+            z = torch.where(~write[:, None, None], z, z_new)
+            for i in range(n):
+                if not exited[i] and means[i] < self.epsilon:
+                    exited[i], steps[i] = True, k + 1
+            if all(exited):
+                break
+        return run.prefill_end(p, z)[0], steps
 
     def _append(self, slot: int, tok: int, steps: int) -> None:
         d = self.req[slot].data
@@ -63,18 +90,18 @@ class ARBatch:
         if live:
             m, run = self.opts.model, self.runner
             gens = [q.generator if q is not None and b in live else None for b, q in enumerate(self.req)]
-            if self.alpha > 0:  # each sequence draws its initial state from its own stream
+            if self.init_scale > 0:  # each sequence draws its initial state from its own stream
                 dim = m.config.n_embd
                 z0 = torch.zeros((self.slots, 1, dim), device=run.device, dtype=run.dtype)
                 for b in live:
-                    z0[b] = m.initial_state(z0[b : b + 1], self.alpha, gens[b])[0]
+                    z0[b] = m.initial_state(z0[b : b + 1], self.init_scale, gens[b])[0]
             else:
                 z0 = None
             # the furthest position decoded this step: the prompt plus the tokens so far, less the new one
             keys = run.keys(max(len(self.req[b].prompt) + len(self.req[b].data["tokens"]) for b in live))
             # rows without a live sequence may sit further on: keep every query inside the keys (its own row only)
             pos = self.pos.clamp(max=keys - 1)
-            if self.eps is None:
+            if self.epsilon is None:
                 logits, taken = self._static(pos, z0, keys), None
             else:
                 logits, taken = self._adaptive(pos, z0, live, keys)
@@ -115,9 +142,9 @@ class ARBatch:
         k = 0
         while k < self.r:
             n = run.chunk if self.r - k >= run.chunk else 1
-            z, exited, taken = run.cores_exit(z, e, exited, taken, pos, keys, n, self.eps, k)
+            z, exited, taken = run.cores_exit(z, e, exited, taken, pos, keys, n, self.epsilon, k)
             k += n
-            # the exit decision: one read-back per call (compiled: every CHUNK recurrences; recurrences after
+            # the exit decision: one read-back per call (compiled: every run.chunk recurrences; recurrences after
             # every row exited change nothing)
             if k < self.r and bool(exited.all()):
                 break

@@ -37,29 +37,30 @@ momentum, noise, stability, growth, δ and the freeze point — is a tensor oper
 slot's shift and, with stop ids or strings, the tokens its states predict. From that read the host keeps, per
 sequence, the pointers the next step hands in and the scheduler needs (the wavefront's start and width: the
 next step's shapes, admissions and retirements), the stop checks and the counts its result reports
-(:class:`_Slot`). Random draws (α > 0, random headway ids, sampled proposals) are made on the host between steps,
-from each sequence's own stream.
+(:class:`~recdiff.samplers.diffusion_host.SlotRecord`). Random draws (α = ``init_scale`` > 0, random headway ids,
+sampled proposals) are made on the host between steps, from each sequence's own stream.
 """
 
 from __future__ import annotations
 
 import functools
 import struct
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from recdiff.errors import RecdiffError
-from recdiff.engine.runner import SMALL, Runner, cache_length
+from recdiff.engine.pool import cache_length, get_runner
+from recdiff.engine.program import SMALL
 from recdiff.engine.scheduler import Request
 from recdiff.checks import validate
 from recdiff.params import DiffusionParams
 from recdiff.samplers.base import GenerationResult, Options, check_fits
+from recdiff.samplers.diffusion_host import SlotRecord
 from recdiff.samplers.diffusion_step import (PTR, StepRule, advance, beta_per_position, noised,
                                              piece, state_names)
-from recdiff.trace import DiffusionTrace
+from recdiff.trace import TraceRecorder
 
 __all__ = ["SPEC", "RULES", "make_batch", "DiffusionBatch", "beta_per_position"]
 
@@ -70,92 +71,36 @@ RULES = DiffusionParams.rules
 def make_batch(opts: Options, params: dict) -> "DiffusionBatch":
     p = validate("diffusion", params, SPEC, RULES)
     if p["pad_id"] is not None and p["pad_id"] >= opts.model.config.vocab_size:
-        raise RecdiffError(f"diffusion sampler: pad_id={p['pad_id']} is outside the vocabulary (size {opts.model.config.vocab_size})")
+        raise RecdiffError(f"diffusion sampler: pad_id={p['pad_id']} is outside the vocabulary "
+                           f"(size {opts.model.config.vocab_size})")
     return DiffusionBatch(opts, p)
-
-
-@dataclass
-class _Slot:
-    """One sequence's host-side record, kept from each step's read-back (the only device read of a step): the
-    pointers the next step hands in, and what its result reports."""
-
-    L: int  # prompt length
-    max_new: int
-    max_steps: int
-    max_len: int  # the furthest the front may reach: the block, or the answer's length plus the window
-    W: int = 1  # states in the wavefront
-    n_frozen: int = 0  # frozen tokens, prompt included (the wavefront starts at n_frozen - 1)
-    lag: int = 0  # the previous step's shift (the reference rule compares with the rows it moved past)
-    seq_end: int = 0  # exclusive end of the current sequence (frozen tokens and proposals)
-    empty: bool = False  # the whole wavefront froze in the last step (with α > 0: a fresh state is drawn)
-    spans: list[tuple[int, int, int]] = field(default_factory=list)  # per step: the states refined (start, W), growth
-    frozen_at: list[int] = field(default_factory=list)  # per new token: the step that froze it (0: the prefill)
-    tokens: list[int] = field(default_factory=list)  # the new tokens frozen so far (kept only with stops)
-    hit_cap: bool = False
-    done: bool = False
-    stopped_by: str = "length"
-    recorder: "_TraceRecorder | None" = None  # only for sequences asked to be traced
-
-    @property
-    def steps(self) -> int:
-        return len(self.spans)
-
-    def advanced(self, shift: int, W: int, h: int) -> None:
-        """Record a step that refined the ``W`` states from the front's start, grew the wavefront by ``h`` and froze
-        the tokens its first ``shift`` states predict."""
-        before = self.n_frozen
-        self.spans.append((before - 1, W, h))
-        self.n_frozen = before + shift
-        self.seq_end = max(before - 1 + W + h, self.n_frozen)
-        self.empty = shift == W + h
-        self.W, self.lag = max(W + h - shift, 1), shift
-        if shift:
-            self.frozen_at += [len(self.spans)] * shift
-
-    def counter(self, n: int, r: int, r_inner: int) -> np.ndarray:
-        """Core recurrences of the states at positions 0 … n-1: r for the prompt (the prefill), r' per step for a
-        position in the wavefront. A state is refined in a run of consecutive steps (the wavefront's start and end
-        never move back), so its count is the steps that started at or before it less those that ended before."""
-        p = np.arange(n)
-        starts = np.array([s for s, _, _ in self.spans], dtype=np.int64)
-        ends = np.array([s + w for s, w, _ in self.spans], dtype=np.int64)
-        steps = np.searchsorted(starts, p, side="right") - np.searchsorted(ends, p, side="right")
-        return np.where(p < self.L, r, r_inner * steps)
-
-    def stability(self, unchanged: np.ndarray) -> np.ndarray:
-        """Stability per position after the steps so far: the steps at which the token's proposal was unchanged,
-        plus those at which it was frozen already (every step for the prompt and the prefill's token)."""
-        f = np.full(len(unchanged), self.steps, dtype=np.int64)  # not frozen (yet): no frozen steps
-        f[: self.L] = 0
-        n = min(len(f) - self.L, len(self.frozen_at))
-        f[self.L : self.L + n] = self.frozen_at[:n]
-        return unchanged + (self.steps - f)
 
 
 class DiffusionBatch:
     def __init__(self, opts: Options, p: dict) -> None:
         m = opts.model
         self.opts, self.p, self.m, self.slots = opts, p, m, opts.slots
-        self.r, self.r_inner, self.h, self.cap = p["r"], p["r_inner"], p["headway"], p["wavefront"]
+        self.r, self.r_inner, self.headway, self.wavefront = p["r"], p["r_inner"], p["headway"], p["wavefront"]
+        self.init_scale = p["init_scale"]
         # fixed: final after r recurrences unless told otherwise; adaptive: only a budget when one is given
         self.r_freeze = p["r_freeze"] or (self.r if p["freeze"] == "fixed" else None)
-        self.Tw = self.cap + self.h  # window rows: the widest wavefront plus one step's growth
-        # padded wavefront rows reach up to Tw positions past the furthest front
-        self.runner = run = Runner.get(m, opts.slots, cache_length(m, self.Tw + 1), "shared")
+        self.window = self.wavefront + self.headway  # window rows: the widest wavefront plus one step's growth
+        # padded wavefront rows reach up to `window` positions past the furthest front
+        self.runner = run = get_runner(m, opts.slots, cache_length(m, self.window + 1), "shared")
         B, S, E, dev = self.slots, run.length, m.config.n_embd, run.device
         self.E, self.dev = E, dev
-        self.alpha = p["init_scale"]
-        self.rule = StepRule(r=self.r, r_inner=self.r_inner, headway=self.h, eta=p["eta"], beta=p["beta"],
-                             beta_schedule=p["beta_schedule"], noise=self.alpha > 0,
+        self.rule = StepRule(r=self.r, r_inner=self.r_inner, headway=self.headway, eta=p["eta"], beta=p["beta"],
+                             beta_schedule=p["beta_schedule"], noise=self.init_scale > 0,
                              continuous=p["continuous_compute"], adaptive=p["freeze"] == "adaptive",
                              reference=p["adaptive_rule"] == "reference", prefix=p["freeze_rule"] == "prefix",
                              epsilon=p["epsilon"], r_freeze=self.r_freeze, greedy=opts.select.greedy,
                              tokens=bool(opts.stop.ids or opts.stop.strings), pad_id=p["pad_id"])
         self.names = state_names(self.rule)
-        # program and graph names: the rule's every constant (formatted once: a dataclass repr costs a step's tenth)
+        # program and graph names: the rule's every constant (formatted once: a dataclass's repr is slow for a step)
         self.tag = str(self.rule)
         # advance as a program, untraced and traced (δ returned: only while a live sequence records a trace)
-        self._after = {False: piece(functools.partial(advance, traced=False), self.rule), True: piece(advance, self.rule)}
+        self._after = {False: piece(functools.partial(advance, traced=False), self.rule),
+                       True: piece(advance, self.rule)}
         self._advance_name = {False: "advance-" + self.tag, True: "advance-traced-" + self.tag}
         self._traced = 0  # live sequences recording a trace
         # advance's dimensions that are constants of this batch (slots, cache length, model width, vocabulary; the
@@ -166,28 +111,28 @@ class DiffusionBatch:
                                 *([(0, 2)] if self.rule.eta > 0 else []), (0, 2), (0,),
                                 *([] if self.rule.greedy else [(0,)]), *([(0, 2)] if self.rule.noise else []))
         # draws between steps: fresh, noise or new states (α > 0), random ids for headway extras
-        self.draws = self.alpha > 0 or (self.h > 1 and p["pad_id"] is None)
+        self.draws = self.init_scale > 0 or (self.headway > 1 and p["pad_id"] is None)
         # the device state (diffusion_step.state_names): the runner's buffers, zeroed (its graphs read and write them
         # where they are, and outlive this batch)
         self.seq = run.buffer("diffusion-seq", (B, S), torch.long)
         self.unchanged = run.buffer("diffusion-unchanged", (B, S), torch.long)
-        self.z = run.buffer("diffusion-z", (B, self.Tw, E), run.dtype)
-        self.e = run.buffer("diffusion-e", (B, self.Tw, E), run.dtype) if self.rule.eta > 0 else None
-        self.age = run.buffer("diffusion-age", (B, self.Tw), torch.long) if self.rule.ages else None
+        self.z = run.buffer("diffusion-z", (B, self.window, E), run.dtype)
+        self.e = run.buffer("diffusion-e", (B, self.window, E), run.dtype) if self.rule.eta > 0 else None
+        self.age = run.buffer("diffusion-age", (B, self.window), torch.long) if self.rule.ages else None
         # the state advance writes, in order (the same tensors for the batch's whole life)
         self._state = tuple(getattr(self, k) for k in self.names)
         # what a step's model call takes of the window: the states, the momentum term (η > 0), the ages (β > 0)
         self._model_window = (self.z, *([self.e] if self.rule.eta > 0 else []),
                               *([self.age] if self.rule.beta > 0 else []))
         self.req: list[Request | None] = [None] * B
-        self.host: list[_Slot | None] = [None] * B
-        self.rows = torch.arange(self.Tw + 1, device=dev)
+        self.host: list[SlotRecord | None] = [None] * B
+        self.rows = torch.arange(self.window + 1, device=dev)
         self._grown_rows: dict[int, Tensor] = {}  # T → advance's rows_g (0 … Tg-1)
         self._row_grids: dict[int, Tensor] = {}  # T → P's window rows (B, T)
         self._window_views: dict[int, tuple[Tensor, ...]] = {}  # T → (one slot) the window buffers' first T rows
-        # the pointers a step hands in (PTR), packed into the memory of one host tensor (struct: half the cost of a
-        # NumPy assignment from a list; building a tensor from a list costs a compiled batch-1 step more than its
-        # advance kernel); on a GPU, copied into a device buffer
+        # the pointers a step hands in (PTR), packed into the memory of one host tensor (struct is cheaper than a
+        # NumPy assignment from a list; building a tensor from a list would cost a compiled batch-1 step more than
+        # its advance kernel); on a GPU, copied into a device buffer
         self._ptr_host = torch.from_numpy(np.zeros((len(PTR), B, 1), dtype=np.int64))
         self._ptr_pack = functools.partial(struct.Struct(f"={len(PTR) * B}q").pack_into,
                                            self._ptr_host.numpy().reshape(-1).data.cast("B"), 0)
@@ -200,8 +145,8 @@ class DiffusionBatch:
     def admit(self, entries: list[tuple[int, Request]]) -> None:
         m, p, reqs = self.m, self.p, [q for _, q in entries]
         # the prompts at r recurrences in one parallel pass; their last logits give the first new tokens
-        logits, z_last, _ = self.runner.prefill([q.prompt for q in reqs], [b for b, _ in entries], self.r,
-                                                self.alpha, [q.generator for q in reqs])
+        logits, z_last = self.runner.prefill([q.prompt for q in reqs], [b for b, _ in entries], self.r,
+                                             self.init_scale, [q.generator for q in reqs])
         firsts = [int(self.opts.select(logits[i : i + 1], q.generator)[0]) for i, q in enumerate(reqs)]
         e_first = None
         if p["eta"] > 0:  # momentum buffer: P of each sequence so far (no cache); only its last row is ever used
@@ -218,18 +163,18 @@ class DiffusionBatch:
         self.seq[b, : L + 1] = torch.tensor(req.prompt + [first], device=self.dev)
         self.unchanged[b] = 0
         # the state for position L, which predicts token L+1 (the rows after it are padding until grown into)
-        self.z[b, 0] = self.m.initial_state(z_last, self.alpha, req.generator)[0, 0]
+        self.z[b, 0] = self.m.initial_state(z_last, self.init_scale, req.generator)[0, 0]
         if self.e is not None:  # the momentum term η·e of the first token's embedding
             self.e[b, 0] = self.rule.eta * e_first
         if self.age is not None:
             self.age[b, 0] = 0
         max_steps = p["max_steps"] or 4 * req.max_new_tokens * -(-self.r // self.r_inner)
         # the front may run up to `wavefront` positions ahead of the last frozen token
-        rec = _Slot(L=L, max_new=req.max_new_tokens, max_steps=max_steps,
-                    max_len=min(self.m.config.block_size, L + req.max_new_tokens + self.cap + self.h + 1),
-                    n_frozen=L + 1, seq_end=L + 1, frozen_at=[0],
-                    tokens=[first], done=req.max_new_tokens <= 1)  # done: the prefill's token is all that was asked
-        rec.recorder = _TraceRecorder(L) if req.data.get("trace") else None
+        rec = SlotRecord(L=L, max_new=req.max_new_tokens, max_steps=max_steps,
+                         max_len=min(self.m.config.block_size, L + req.max_new_tokens + self.window + 1),
+                         n_frozen=L + 1, seq_end=L + 1, frozen_at=[0],
+                         tokens=[first], done=req.max_new_tokens <= 1)  # done: the prefill's token is all that was asked
+        rec.recorder = TraceRecorder(L) if req.data.get("trace") else None
         self._traced += rec.recorder is not None
         self.req[b], self.host[b] = req, rec
 
@@ -241,22 +186,24 @@ class DiffusionBatch:
         return [b for b, rec in enumerate(self.host) if rec is not None and rec.done]
 
     def _step(self, live: list[int]) -> None:
-        run, rule, host, cap, h = self.runner, self.rule, self.host, self.cap, self.h
+        run, rule, host = self.runner, self.rule, self.host
         B = self.slots
-        start, Wh, hh, lag = [0] * B, [0] * B, [0] * B, [0] * B  # a slot without a live sequence: no rows
+        # per slot: the wavefront's start, its states W, the states it grows by, the previous shift (a slot without a
+        # live sequence: no rows)
+        start, widths, growth, lag = [0] * B, [0] * B, [0] * B, [0] * B
         for b in live:  # growth: the headway, unless the wavefront (or the block) is full
             rec = host[b]
             s, W = rec.n_frozen - 1, rec.W
-            start[b], Wh[b], lag[b] = s, W, rec.lag
-            hh[b] = max(0, min(cap - W, h, rec.max_len - s - W))
-        T = run.width(max(Wh), self.Tw)  # a few static shapes under CUDA graphs
-        Tg = min(self.Tw, T + h)
+            start[b], widths[b], lag[b] = s, W, rec.lag
+            growth[b] = max(0, min(self.wavefront - W, self.headway, rec.max_len - s - W))
+        T = run.width(max(widths), self.window)  # a few static shapes under CUDA graphs
+        Tg = min(self.window, T + self.headway)
         # the furthest query: the last padded row of the slot whose wavefront starts furthest (a free slot's is 0)
         keys = run.keys(max(start) + T)
-        mix, grow = self._draws(live, Wh, hh, T) if self.draws else ([], [])
-        ptr = self._pointers(start + Wh + hh + lag)
+        mix, grow_noise = self._draws(live, widths, growth, T) if self.draws else ([], [])
+        ptr = self._pointers(start + widths + growth + lag)
         z, e, logits = self._model_step(T, keys, ptr, mix)
-        extra = ([] if rule.greedy else [self._select(logits, live, Wh)]) + grow
+        extra = ([] if rule.greedy else [self._select(logits, live, widths)]) + grow_noise
         out = self._advance(T, Tg, ptr, z, e, logits, extra)  # the state, written in place
         read = out[0].tolist()  # the step's one read-back
         delta = out[1] if rule.adaptive and self._traced else None
@@ -264,9 +211,9 @@ class DiffusionBatch:
         for b in live:
             rec, row = host[b], read[b]
             shift, before, lag = row[0], rec.n_frozen, rec.lag
-            rec.advanced(shift, Wh[b], hh[b])
+            rec.advanced(shift, widths[b], growth[b])
             if rec.recorder is not None:
-                compared = Wh[b] - lag if rule.reference else Wh[b]
+                compared = widths[b] - lag if rule.reference else widths[b]
                 self._record(b, rec.recorder, None if delta is None else delta[b, : max(compared, 0)], before - 1)
             if shift and rule.tokens:  # the newly frozen tokens against the stops
                 rec.tokens += row[1 : 1 + shift]
@@ -290,39 +237,41 @@ class DiffusionBatch:
         """Initial states for ``shape_rows[b]`` rows of each live slot, from its own stream (zeros at α = 0), in
         ``(slots, rows, E)`` with at least ``width`` rows (zeros past a slot's own)."""
         out = torch.zeros((self.slots, max(shape_rows + [width]), self.E), device=self.dev, dtype=self.z.dtype)
-        if self.alpha > 0:
+        if self.init_scale > 0:
             for b in live:
                 n = shape_rows[b]
                 if n:
-                    out[b, :n] = self.m.initial_state(out[b : b + 1, :n], self.alpha, self.req[b].generator)[0]
+                    out[b, :n] = self.m.initial_state(out[b : b + 1, :n], self.init_scale, self.req[b].generator)[0]
         return out
 
-    def _draws(self, live: list[int], Wh: list[int], hh: list[int], T: int) -> tuple[list[Tensor], list[Tensor]]:
+    def _draws(self, live: list[int], widths: list[int], growth: list[int], T: int
+               ) -> tuple[list[Tensor], list[Tensor]]:
         """Every random draw of this step, from each sequence's own stream in the algorithm's order: a fresh state
-        for a wavefront that froze whole in the previous step, noise for β, random ids for extra headway
-        positions (written into ``seq`` here: they lie past the wavefront, so the model call does not read them),
-        noise for new states. Nothing is drawn at α = 0 but the random ids."""
-        if self.alpha > 0:
+        for a wavefront that froze whole in the previous step, noise for β over each slot's ``widths`` states,
+        random ids for extra headway positions (written into ``seq`` here: they lie past the wavefront, so the model
+        call does not read them), noise for the ``growth`` new states. Nothing is drawn at α = 0 but the random
+        ids."""
+        if self.init_scale > 0:
             redo = [b for b in live if self.host[b].empty]
             if redo:
                 fresh = self._noise([1 if b in redo else 0 for b in range(self.slots)], redo)
                 for b in redo:
                     self.z[b, 0] = fresh[b, 0]
         # noise for β over the step's T rows (under CUDA graphs T is a power of two above the widest wavefront)
-        mix = [self._noise(Wh, live, T)[:, :T]] if self.rule.beta > 0 and self.alpha > 0 else []
-        if self.h > 1 and self.p["pad_id"] is None:
+        mix = [self._noise(widths, live, T)[:, :T]] if self.rule.beta > 0 and self.init_scale > 0 else []
+        if self.headway > 1 and self.p["pad_id"] is None:
             for b in live:
-                if hh[b] > 1:
-                    at = self.host[b].n_frozen - 1 + Wh[b] + 1  # after the first new position
-                    self.seq[b, at : at + hh[b] - 1] = torch.randint(0, self.m.config.vocab_size, (hh[b] - 1,),
-                                                                     device=self.dev, generator=self.req[b].generator)
-        grow = []
-        if self.alpha > 0:
+                if growth[b] > 1:
+                    at = self.host[b].n_frozen - 1 + widths[b] + 1  # after the first new position
+                    self.seq[b, at : at + growth[b] - 1] = torch.randint(
+                        0, self.m.config.vocab_size, (growth[b] - 1,), device=self.dev, generator=self.req[b].generator)
+        grow_noise = []
+        if self.init_scale > 0:
             if self.rule.continuous:  # random only where the wavefront is shorter than the growth
-                grow = [self._noise([hh[b] if Wh[b] < hh[b] else 0 for b in range(self.slots)], live)]
+                grow_noise = [self._noise([g if W < g else 0 for W, g in zip(widths, growth)], live)]
             else:
-                grow = [self._noise(hh, live)]
-        return mix, grow
+                grow_noise = [self._noise(growth, live)]
+        return mix, grow_noise
 
     def _model_step(self, T: int, keys: int, ptr: Tensor, mix: list[Tensor]) -> tuple[Tensor, Tensor | None, Tensor]:
         """1.-4. of a step over ``T`` window rows attending to ``keys`` positions: noise, P with momentum, r'
@@ -407,24 +356,24 @@ class DiffusionBatch:
             return
         ptr = torch.zeros((len(PTR), self.slots, 1), dtype=torch.long, device=self.dev)
         noise = lambda rows: torch.zeros((self.slots, rows, self.E), device=self.dev, dtype=self.z.dtype)  # noqa: E731
-        for T in sorted({run.width(n, self.Tw) for n in range(1, self.Tw + 1)}):
+        for T in sorted({run.width(n, self.window) for n in range(1, self.window + 1)}):
             mix = [noise(T)] if rule.beta > 0 and rule.noise else []
             for keys in sorted({run.keys(x) for x in range(shortest + T - 1, longest + T)}):
                 z, e, logits = self._model_step(T, keys, ptr, mix)
             extra = [] if rule.greedy else [torch.zeros((self.slots, T), dtype=torch.long, device=self.dev)]
-            for grow in range(1, self.h + 1) if rule.noise else [None]:
-                self._advance(T, min(self.Tw, T + self.h), ptr, z, e, logits,
-                              extra + ([] if grow is None else [noise(grow)]))
+            for new_rows in range(1, self.headway + 1) if rule.noise else [None]:
+                self._advance(T, min(self.window, T + self.headway), ptr, z, e, logits,
+                              extra + ([] if new_rows is None else [noise(new_rows)]))
 
-    def _select(self, logits: Tensor, live: list[int], Wh: list[int]) -> Tensor:
-        """Sampled proposals ``(B, T)``, each sequence from its own stream (greedy proposals are an argmax inside
-        :func:`advance`)."""
+    def _select(self, logits: Tensor, live: list[int], widths: list[int]) -> Tensor:
+        """Sampled proposals ``(B, T)`` for each slot's ``widths`` states, each sequence from its own stream (greedy
+        proposals are an argmax inside :func:`advance`)."""
         new = torch.zeros(logits.shape[:2], dtype=torch.long, device=self.dev)
         for b in live:
-            new[b, : Wh[b]] = self.opts.select(logits[b, : Wh[b]], self.req[b].generator)
+            new[b, : widths[b]] = self.opts.select(logits[b, : widths[b]], self.req[b].generator)
         return new
 
-    def _record(self, b: int, recorder: "_TraceRecorder", delta: Tensor | None, start: int) -> None:
+    def _record(self, b: int, recorder: TraceRecorder, delta: Tensor | None, start: int) -> None:
         """One trace row of slot ``b`` (only for sequences asked to be traced: host copies are fine here); δ over its
         compared rows under adaptive freezing, the first at the step's ``start``."""
         rec = self.host[b]
@@ -450,7 +399,7 @@ class DiffusionBatch:
             "core_passes": self.r + self.r_inner * rec.steps,
             "tokens_forward": self.r * L + self.r_inner * sum(W for _, W, _ in rec.spans),
             "steps": rec.steps,
-            "standing_waves": sum(h < self.h for _, _, h in rec.spans),  # steps without growth
+            "standing_waves": sum(g < self.headway for _, _, g in rec.spans),  # steps without growth
             "new_tokens": len(tokens),
             "recurrences_per_position": rec.counter(n_out, self.r, self.r_inner).tolist(),
             "stability_per_position": rec.stability(self.unchanged[b, :n_out].cpu().numpy()).tolist(),
@@ -464,31 +413,3 @@ class DiffusionBatch:
         recorder = rec.recorder
         return GenerationResult(tokens=tokens, stats=stats, trace=recorder.finish() if recorder else None,
                                 stopped_by=rec.stopped_by)
-
-
-class _TraceRecorder:
-    """Collects one row per step; only used with trace=True, so host copies here are fine."""
-
-    def __init__(self, prompt_len: int) -> None:
-        self.prompt_len = prompt_len
-        self.rows: list[tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]] = []
-
-    def record(self, seq: np.ndarray, n_frozen: int, counter: np.ndarray, stable: np.ndarray, delta: np.ndarray | None,
-               lo: int) -> None:
-        """One step: the sequence, frozen count, counters and stability so far, and δ of the states compared from
-        position ``lo`` on."""
-        d = np.full(len(counter), np.nan, dtype=np.float16)
-        if delta is not None:
-            d[lo : lo + len(delta)] = delta
-        self.rows.append((seq.astype(np.int32), n_frozen, counter.astype(np.int32), stable.astype(np.int32), d))
-
-    def finish(self) -> DiffusionTrace:
-        S, P = len(self.rows), max((len(r[0]) for r in self.rows), default=0)
-        tokens = np.full((S, P), -1, dtype=np.int32)
-        counter, stability = np.zeros((S, P), dtype=np.int32), np.zeros((S, P), dtype=np.int32)
-        delta = np.full((S, P), np.nan, dtype=np.float16)
-        for i, (t, _, c, st, d) in enumerate(self.rows):
-            tokens[i, : len(t)], counter[i, : len(c)], stability[i, : len(st)], delta[i, : len(d)] = t, c, st, d
-        frozen = np.array([r[1] for r in self.rows], dtype=np.int32)
-        return DiffusionTrace(tokens=tokens, frozen=frozen, counter=counter, stability=stability, delta=delta,
-                              prompt_len=self.prompt_len)

@@ -8,16 +8,16 @@ and with a recurrence budget or noise the state's sampler recurrences ``age``. F
 moves the window: row ``t`` of the next step comes from row ``t + shift`` of this one, one gather per buffer.
 Tokens and unchanged proposals are kept per absolute position.
 
-A step is tensor functions around the model call (P, r' recurrences, C; P reads its token ids and positions from ``seq``
-and the window's start: :meth:`recdiff.engine.runner.Runner.embed_window`): :func:`noised` (β > 0) on the window's
-states before the recurrences and :func:`advance` after the call, which writes the batch state into its buffers in
-place (they keep their shapes for the batch's life). Each runs eagerly, as a compiled program
-(recdiff/engine/program.py) or inside a CUDA graph; everything it depends on besides its tensors is in :class:`StepRule`
-(part of a compiled program's name), and no Python branch depends on a tensor's size or value. The host hands in each
-slot's pointers (``ptr``: start, W, the growth h, the previous shift), which it keeps from the step's one read-back
-(:data:`READ`), and the step's random draws (α > 0, random headway ids, sampled proposals), made from each sequence's
-own stream. A slot without a live sequence has ``W = 0`` and ``h = 0``: every row is padding and nothing it writes is
-ever read.
+A step is tensor functions around the model call (P, r' recurrences, C; P reads its token ids and positions from
+``seq`` and the window's start: :meth:`recdiff.engine.runner.Runner.embed_window`): :func:`noised` (β > 0) on the
+window's states before the recurrences and :func:`advance` after the call, which writes the batch state into its
+buffers in place (they keep their shapes for the batch's life). Each runs eagerly, as a compiled program
+(recdiff/engine/program.py) or inside a CUDA graph; everything it depends on besides its tensors is in
+:class:`StepRule` (part of a compiled program's name), and no Python branch depends on a tensor's size or value. The
+host hands in each slot's pointers (``ptr``: start, W, the states it grows by this step, the previous shift), which
+it keeps from the step's one read-back (:data:`READ`), and the step's random draws (α = ``init_scale`` > 0, random
+headway ids, sampled proposals), made from each sequence's own stream. A slot without a live sequence has ``W = 0``
+and ``growth = 0``: every row is padding and nothing it writes is ever read.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class StepRule:
 # What the host reads back after a step, per slot: the shift (states that left the wavefront, each freezing the token
 # it predicts), then (rule.tokens) the tokens at start+1 … start+T, of which the first `shift` are now frozen.
 READ = ("shift", "tokens")
-PTR = ("start", "W", "h", "lag")  # the pointers the host hands in, one (4, B, 1) tensor
+PTR = ("start", "W", "growth", "lag")  # the pointers the host hands in, one (4, B, 1) tensor
 
 
 def state_names(rule: StepRule) -> tuple[str, ...]:
@@ -99,17 +99,16 @@ def noised(rule: StepRule, args: tuple[Tensor, ...]) -> Tensor:
 
 def advance(rule: StepRule, args: tuple[Tensor, ...], traced: bool = True) -> tuple[Tensor, ...]:
     """Steps 4-6 of the sampler after the model call, for every slot at once: the proposals, the freeze decision
-    (δ per state, k*, the recurrence budget), growth by h states, the window's move; written into the batch state
-    in place (its buffers keep their shapes, so nothing is allocated for them and views of them stay valid).
+    (δ per state, k*, the recurrence budget), growth by ``growth`` states, the window's move; written into the batch
+    state in place (its buffers keep their shapes, so nothing is allocated for them and views of them stay valid).
 
     Args: the state (:func:`state_names`: ``seq`` and ``unchanged`` (B, S), the window buffers (B, rows, …), rows ≥
     Tg); ``ptr`` (4, B, 1) (:data:`PTR`); the model's states ``z`` (B, T, E), with momentum the embeddings ``e`` it
     used, ``logits`` (B, T, V); the grown window's row numbers ``rows_g`` (1, Tg) (0 … Tg-1, Tg > T or Tg = T = the
     window; the step's own rows are made here, a compiled program's iota rather than two more arguments); the rule's
-    extras: sampled
-    proposals, new states' noise. Writes the state (the window's first Tg rows) and returns the read-back ``(B, k)``
-    (:data:`READ`) and, with adaptive freezing and ``traced``, δ ``(B, T)`` (for traces; one output less to allocate
-    on every untraced step)."""
+    extras: sampled proposals, new states' noise. Writes the state (the window's first Tg rows) and returns the
+    read-back ``(B, k)`` (:data:`READ`) and, with adaptive freezing and ``traced``, δ ``(B, T)`` (for traces; one
+    output less to allocate on every untraced step)."""
     names = state_names(rule)
     s = dict(zip(names, args))
     ptr, z, *rest = args[len(names):]
@@ -120,7 +119,7 @@ def advance(rule: StepRule, args: tuple[Tensor, ...], traced: bool = True) -> tu
     T = z.shape[1]
     rows = torch.arange(T, device=z.device)[None]  # (1, T): 0 … T-1
     rows_next = rows + 1
-    start, W, h, lag = ptr.unbind(0)  # (B, 1) each
+    start, W, growth, lag = ptr.unbind(0)  # (B, 1) each
     valid = rows < W  # (B, T): the states refined this step
     seq, unchanged = s["seq"], s["unchanged"]
 
@@ -164,8 +163,8 @@ def advance(rule: StepRule, args: tuple[Tensor, ...], traced: bool = True) -> tu
             shift = torch.maximum(shift, ((age >= rule.r_freeze) & valid).sum(1, keepdim=True))
 
     # 5./6c. the window moves by `shift` rows and grows: new row t is the refined state of row t + shift where that is
-    # valid, else a grown state: InitState(α) (zeros at α = 0), or under continuous compute the state h rows to the
-    # left of it (where there is one). Rows past the grown front take the same values (nothing reads them). A
+    # valid, else a grown state: InitState(α) (zeros at α = 0), or under continuous compute the state `growth` rows
+    # to the left of it (where there is one). Rows past the grown front take the same values (nothing reads them). A
     # wavefront that froze whole (possible only without growth) restarts with one state after the new token: zeros,
     # or with α > 0 its InitState, which the host writes before the next step
     source = rows_g + shift  # (B, Tg): the row each new row comes from
@@ -174,12 +173,12 @@ def advance(rule: StepRule, args: tuple[Tensor, ...], traced: bool = True) -> tu
     idx = at[..., None].expand(-1, -1, z.shape[-1])
     fresh: Tensor | float = _rows_at(grow_noise, source, W).to(z.dtype) if rule.noise else 0.0
     if rule.continuous:
-        left = z.gather(1, (source - h).clamp(0, T - 1)[..., None].expand(-1, -1, z.shape[-1]))
-        fresh = torch.where((W >= h)[..., None], left, fresh)
+        left = z.gather(1, (source - growth).clamp(0, T - 1)[..., None].expand(-1, -1, z.shape[-1]))
+        fresh = torch.where((W >= growth)[..., None], left, fresh)
     kept3 = kept[..., None]
     z_next = torch.where(kept3, z.gather(1, idx), fresh)
     if rule.continuous:
-        z_next = torch.where(((shift == W + h) & (rows_g == 0))[..., None], 0.0, z_next)
+        z_next = torch.where(((shift == W + growth) & (rows_g == 0))[..., None], 0.0, z_next)
     e_next = torch.where(kept3, (rule.eta * e).gather(1, idx), 0.0) if e is not None else None
     age_next = torch.where(kept, age.gather(1, at), 0) if rule.ages else None
 
@@ -191,7 +190,7 @@ def advance(rule: StepRule, args: tuple[Tensor, ...], traced: bool = True) -> tu
     if rule.pad_id is not None and rule.headway > 1:  # the extras after the first new position hold pad_id
         extra = rows_g[:, : rule.headway - 1]
         pad_at = start + W + 1 + extra
-        seq.index_put_((slot, pad_at), torch.where(extra < h - 1, rule.pad_id, seq.gather(1, pad_at)))
+        seq.index_put_((slot, pad_at), torch.where(extra < growth - 1, rule.pad_id, seq.gather(1, pad_at)))
     unchanged.index_put_((slot, tpos), counts)
     window = rows_g[0]
     s["z"].index_copy_(1, window, z_next)

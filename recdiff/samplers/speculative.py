@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from recdiff.engine.runner import Runner, cache_length
+from recdiff.engine.pool import cache_length, get_runner
 from recdiff.engine.scheduler import Request
 from recdiff.checks import validate
 from recdiff.params import SpeculativeParams
@@ -32,9 +32,9 @@ class SpeculativeBatch:
     def __init__(self, opts: Options, p: dict) -> None:
         m = opts.model
         self.opts, self.slots = opts, opts.slots
-        self.r, self.r_draft, self.look, self.alpha = p["r"], p["r_draft"], p["lookahead"], p["init_scale"]
+        self.r, self.r_draft, self.lookahead, self.init_scale = p["r"], p["r_draft"], p["lookahead"], p["init_scale"]
         # drafting may run up to lookahead positions past the last kept token
-        self.runner = Runner.get(m, opts.slots, cache_length(m, self.look), p["kv_cache"],
+        self.runner = get_runner(m, opts.slots, cache_length(m, self.lookahead), p["kv_cache"],
                                  max_steps=max(self.r, self.r_draft))
         self.req: list[Request | None] = [None] * self.slots
         dev = self.runner.device
@@ -46,13 +46,13 @@ class SpeculativeBatch:
 
     def _init(self, rows: int, live: list[int]) -> torch.Tensor | None:
         """Initial states ``(slots, rows, E)``, each live sequence drawing from its own stream (None: zeros)."""
-        if self.alpha <= 0:
+        if self.init_scale <= 0:
             return None
         m, run = self.opts.model, self.runner
         z = torch.zeros((self.slots, rows, m.config.n_embd), device=run.device, dtype=run.dtype)
         for b in live:
             n = self.req[b].data["rows"]
-            z[b, :n] = m.initial_state(z[b : b + 1, :n], self.alpha, self.req[b].generator)[0]
+            z[b, :n] = m.initial_state(z[b : b + 1, :n], self.init_scale, self.req[b].generator)[0]
         return z
 
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, depth: int, z: torch.Tensor | None, keys: int
@@ -67,13 +67,13 @@ class SpeculativeBatch:
     # ------------------------------------------------------------------------------------------ prefill
     def admit(self, entries: list[tuple[int, Request]]) -> None:
         m, reqs = self.opts.model, [q for _, q in entries]
-        logits, _, _ = self.runner.prefill([q.prompt for q in reqs], [b for b, _ in entries], self.r, self.alpha,
-                                           [q.generator for q in reqs])
+        logits, _ = self.runner.prefill([q.prompt for q in reqs], [b for b, _ in entries], self.r, self.init_scale,
+                                        [q.generator for q in reqs])
         for i, (slot, req) in enumerate(entries):
             L = len(req.prompt)
             tok = int(self.opts.select(logits[i : i + 1], req.generator)[0])
             req.data = {"tokens": [tok], "accepted": [], "core_passes": self.r, "tokens_forward": self.r * L,
-                        "committed": L, "max_len": min(L + req.max_new_tokens + self.look, m.config.block_size),
+                        "committed": L, "max_len": min(L + req.max_new_tokens + self.lookahead, m.config.block_size),
                         "stop": self.opts.stop.first_stop([tok], 0), "rows": 1}
             self.req[slot] = req
             self.last[slot, 0], self.committed[slot] = tok, L
@@ -89,17 +89,17 @@ class SpeculativeBatch:
         return [b for b, q in enumerate(self.req) if q is not None and self._done(q.data, q.max_new_tokens)]
 
     def _round(self, live: list[int]) -> None:
-        run, look, sel = self.runner, self.look, self.opts.select
+        run, lookahead, sel = self.runner, self.lookahead, self.opts.select
         gens = [q.generator if q is not None and b in live else None for b, q in enumerate(self.req)]
         n_draft = [0] * self.slots
         for b in live:
             d = self.req[b].data
-            n_draft[b] = max(0, min(look, d["max_len"] - d["committed"]))
-        drafts = torch.zeros((self.slots, look), dtype=torch.long, device=run.device)
+            n_draft[b] = max(0, min(lookahead, d["max_len"] - d["committed"]))
+        drafts = torch.zeros((self.slots, lookahead), dtype=torch.long, device=run.device)
         # the furthest position this round reads: the last verified one
-        keys = run.keys(max(self.req[b].data["committed"] for b in live) + look)
+        keys = run.keys(max(self.req[b].data["committed"] for b in live) + lookahead)
         last = self.last.clone()
-        for j in range(look):  # drafting: each token at r_draft, fed straight back on the device
+        for j in range(lookahead):  # drafting: each token at r_draft, fed straight back on the device
             for b in live:
                 self.req[b].data["rows"] = 1
             drafting = [b for b in live if j < n_draft[b]]
@@ -107,12 +107,13 @@ class SpeculativeBatch:
             logits = self._forward(last, (self.committed + j)[:, None], self.r_draft, z, keys)[:, -1]
             last = sel.rows(logits, [g if b in drafting else None for b, g in enumerate(gens)])[:, None]
             drafts[:, j] = last[:, 0]
-        # verify: positions committed … committed+look-1 hold the last token and drafts[:-1]; they predict the drafts
+        # verify: positions committed … committed+lookahead-1 hold the last token and drafts[:-1], which they predict
         ids = torch.cat([self.last, drafts[:, :-1]], dim=1)
         for b in live:
             self.req[b].data["rows"] = max(1, n_draft[b])
-        z = self._init(look, live)
-        logits = self._forward(ids, self.committed[:, None] + torch.arange(look, device=run.device), self.r, z, keys)
+        z = self._init(lookahead, live)
+        pos = self.committed[:, None] + torch.arange(lookahead, device=run.device)
+        logits = self._forward(ids, pos, self.r, z, keys)
         verified = logits.argmax(-1)
         # the round's one read-back (under sampling, a second: the tokens drawn where a draft was rejected)
         host_drafts, host_verified = torch.stack([drafts, verified]).tolist()

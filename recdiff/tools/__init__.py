@@ -6,7 +6,7 @@
 - ``python -m recdiff.tools.sampler_docs``: docs/samplers.md and the names table of docs/architecture.md, from the
   samplers' parameter declarations (``recdiff/params.py``)
 - :mod:`~recdiff.tools.bench` (run as ``python -m recdiff.bench``): tokens/s of every sampler, paired against the
-  reference, the bandwidth bound and the step profile
+  reference, the step profile, and the bounds of :mod:`~recdiff.tools.bounds` (bandwidth, weight products)
 - :mod:`~recdiff.tools.bench_authors` (run as ``python -m recdiff.bench_authors``): recdiff against the authors'
   reference implementation, which runs in a subprocess (:mod:`~recdiff.tools._authors_worker`)
 

@@ -15,22 +15,21 @@ For each model and sampler, three ways of running by default, side by side in on
   the same, eager).
 
 Warm-up (compilation, graph capture, allocations) is excluded: compiled modes run the timed work once before
-timing it; timers synchronise the device. Also printed: core
-passes per token, the diffusion/static-AR (r=32) ratio in each mode next to the ideal (r+1)/(r'+1) (batch-1: the
-paired speed-up with its 95% interval, timed as a sweep's trial times it, :func:`recdiff.timing.paired_timing`), and the
-KV-cache memory of both cache policies at the same length. And what each mode pays per core row·recurrence (one
-position through one recurrence: wall time over the results' ``tokens_forward``) next to the weight products of one
-recurrence alone at 1 to 256 rows (:func:`product_floor`): how far a mode is from what this machine's matrix
-kernels allow (streaming the weights at batch 1, multiplying them for a wide wavefront or a batch), and so how much
-any implementation of the same arithmetic could still gain.
+timing it; timers synchronise the device. Also printed: core passes per token, the diffusion/static-AR (r=32) ratio
+in each mode next to the ideal (r+1)/(r'+1) (batch-1: the paired speed-up with its 95% interval, timed as a sweep's
+trial times it, :func:`recdiff.timing.paired_timing`), and the KV-cache memory of both cache policies at the same
+length. And what each mode pays per core row·recurrence (one position through one recurrence: wall time over the
+results' ``tokens_forward``) next to the weight products of one recurrence alone at 1 to 256 rows
+(:func:`recdiff.tools.bounds.product_floor`): how far a mode is from what this machine's matrix kernels allow
+(streaming the weights at batch 1, multiplying them for a wide wavefront or a batch), and so how much any
+implementation of the same arithmetic could still gain.
 
 On a GPU (``--bound``, on by default with ``--device cuda``) it also prints how close each sampler and mode comes
-to the memory-bandwidth bound: the bytes its model calls must read from device memory (:func:`read_bytes`,
-:func:`result_bytes`: the weights once per call — P and C once, R once per recurrence, the head's full matrix —
-plus the K/V of every attended position in every attention layer pass) over the copy bandwidth measured in the
-same run (:func:`copy_bandwidth`). ``% bound`` is that bound's share reached: bytes that had to be read per second
-÷ the copy bandwidth. Huginn-0125 in bf16 reads ~109 GB per static r=32 token and ~17 GB per diffusion step at
-r' = 4.
+to the memory-bandwidth bound (:mod:`recdiff.tools.bounds`): the bytes its model calls must read from device
+memory (the weights once per call — P and C once, R once per recurrence, the head's full matrix — plus the K/V of
+every attended position in every attention layer pass) over the copy bandwidth measured in the same run. ``% bound``
+is that bound's share reached: bytes that had to be read per second ÷ the copy bandwidth. Huginn-0125 in bf16 reads
+~109 GB per static r=32 token and ~17 GB per diffusion step at r' = 4.
 
 ``--profile`` times every run under the step profile (:mod:`recdiff.engine.profile`) and prints, per sampler and
 mode, a step's share in model calls (P, R, C) and outside them (the sampler's own work, on the device and the host)
@@ -47,7 +46,6 @@ import contextlib
 import os
 import statistics
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +61,8 @@ from recdiff.samplers.ar import ARBatch
 from recdiff.samplers.diffusion import DiffusionBatch
 from recdiff.samplers.speculative import SpeculativeBatch
 from recdiff.timing import PairedTiming, Timer, paired_timing
+from recdiff.tools.bounds import (FLOOR_ROWS, ReadBytes, copy_bandwidth, model_calls, product_floor, read_bytes,
+                                  result_bytes)
 
 EMBEDDED = Path(__file__).resolve().parents[1] / "assets" / "embedded"
 
@@ -121,91 +121,15 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-# ---------------------------------------------------------------------------------------------- bandwidth bound
-@dataclass(frozen=True)
-class ReadBytes:
-    """What one model call must read from device memory, in bytes: the weights of P (``prelude``), of one
-    recurrence of R (``core``: the adapter and the core blocks) and of C (``coda``: the coda blocks, ``ln_f`` and the
-    head's whole matrix, tied or not); ``kv``: the K and V of one position in one attention layer; ``layers``: the
-    attention layers of P, R (per recurrence) and C. Embedding rows (one per position) are left out: < 1e-5 of it."""
-
-    prelude: int
-    core: int
-    coda: int
-    kv: int
-    layers: tuple[int, int, int]
-
-    def call(self, recurrences: int, keys: float = 0.0) -> float:
-        """One model call (P, ``recurrences`` × R, C) whose attention reads ``keys`` positions per layer pass."""
-        passes = self.layers[0] + self.layers[2] + recurrences * self.layers[1]
-        return self.prelude + self.coda + recurrences * self.core + passes * keys * self.kv
-
-
-def read_bytes(model: RecurrentDepthModel) -> ReadBytes:
-    """The model's :class:`ReadBytes`, from its parameters' sizes and dtype (a meta-device model works too)."""
-    t, cfg = model.transformer, model.config
-    item = next(model.parameters()).element_size()
-
-    def size(*modules: torch.nn.Module) -> int:
-        return sum(p.numel() for m in modules for p in m.parameters()) * item
-
-    return ReadBytes(prelude=size(t.prelude), core=size(t.adapter, t.core_block),
-                     coda=size(t.coda, t.ln_f) + model.lm_head.weight.numel() * item,
-                     kv=2 * cfg.num_key_value_heads * cfg.head_dim * item,
-                     layers=(cfg.n_layers_in_prelude, cfg.n_layers_in_recurrent_block, cfg.n_layers_in_coda))
-
-
-def model_calls(sampler: str, stats: dict, params: dict) -> int:
-    """Model calls (P … C passes) of one sequence, prefill included, from its result's stats: static and adaptive
-    AR one per token (the prefill gives the first), diffusion one per step after the prefill, speculative decoding
-    ``lookahead`` drafts and one verification per round after the prefill."""
-    if sampler == "diffusion":
-        return 1 + stats["steps"]
-    if sampler == "speculative":
-        return 1 + stats["rounds"] * (params.get("lookahead", 4) + 1)
-    return stats["steps"]
-
-
-def result_bytes(rb: ReadBytes, results: list[Any], prompt_lens: list[int], sampler: str, params: dict,
-                 batch: int = 1) -> float:
-    """Bytes the work of ``results`` must read, decoded ``batch`` at a time: the weights of each sequence's model
-    calls (:func:`model_calls`) and recurrences (its ``core_passes``), shared by the ``batch`` sequences of a call
-    (so at least 1/``batch`` of them per sequence), plus each sequence's own K/V, counted at the mean positions a
-    call attends to (the prompt and half the new tokens: the wavefront ahead of them is left out). A lower bound of
-    what is read, so the bound it gives is never flattering."""
-    weights = kv = 0.0
-    for res, n_prompt in zip(results, prompt_lens):
-        s, calls = res.stats, model_calls(sampler, res.stats, params)
-        weights += calls * (rb.prelude + rb.coda) + s["core_passes"] * rb.core
-        keys = n_prompt + len(res.tokens) / 2
-        kv += (calls * (rb.layers[0] + rb.layers[2]) + s["core_passes"] * rb.layers[1]) * keys * rb.kv
-    return weights / batch + kv
-
-
-def copy_bandwidth(device: torch.device, nbytes: int = 2 << 30, repeats: int = 10) -> float:
-    """Bytes per second of a device-to-device copy of ``nbytes``, counting the bytes read and the bytes written
-    (2·``nbytes`` per copy, as STREAM's copy does): the best of ``repeats`` after one untimed copy."""
-    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    best = float("inf")
-    for _ in range(repeats):
-        with Timer(device) as t:
-            dst.copy_(src)
-        best = min(best, t.seconds)
-    del src, dst
-    return 2 * nbytes / best
-
-
 def run(model: RecurrentDepthModel, prompts: list[list[int]], sampler: str, params: dict, max_new: int, mode: str,
         batch: int, warmup: int, bound: tuple[ReadBytes, float] | None = None, profile: bool = False) -> dict:
     """One sampler in one mode: tokens/s, passes per token, capped runs, µs per core row·recurrence; with ``bound``
-    (the model's :class:`ReadBytes`, the copy bandwidth in bytes/s) also ``frac`` (share of the bandwidth bound
-    reached; batch-1: the median prompt's), ``gb_call`` (GB a model call must read, on average) and ``calls_s``
-    (model calls per second); batch-B counts a call of B sequences as one (:func:`result_bytes`). With ``profile``
-    the timed work runs under :func:`recdiff.engine.profile.profiling`: ``profile`` (its
-    :class:`~recdiff.engine.profile.Profile`), ``wall`` (seconds timed) and, batch-1, ``model_fracs`` (each
-    prompt's share of its time in model calls)."""
+    (the model's :class:`~recdiff.tools.bounds.ReadBytes`, the copy bandwidth in bytes/s) also ``frac`` (share of
+    the bandwidth bound reached; batch-1: the median prompt's), ``gb_call`` (GB a model call must read, on average)
+    and ``calls_s`` (model calls per second); batch-B counts a call of B sequences as one
+    (:func:`~recdiff.tools.bounds.result_bytes`). With ``profile`` the timed work runs under
+    :func:`recdiff.engine.profile.profiling`: ``profile`` (its :class:`~recdiff.engine.profile.Profile`), ``wall``
+    (seconds timed) and, batch-1, ``model_fracs`` (each prompt's share of its time in model calls)."""
     device = model.device
     set_compile(model, mode.endswith("compiled"))
     kw = dict(max_new_tokens=max_new, stop_token_ids=[], **params)
@@ -315,43 +239,6 @@ def print_profile(results: dict[str, dict[str, dict]], modes: list[str], n_promp
               f"{100 * statistics.median(fr):.1f}%, {100 * fr[0]:.1f}-{100 * fr[-1]:.1f}%)")
 
 
-FLOOR_ROWS = (1, 8, 32, 256)
-
-
-def recurrence_matrices(model: RecurrentDepthModel) -> list[torch.Tensor]:
-    """One recurrence's weight matrices (the adapter's and the core blocks'), those of one input width stacked."""
-    t = model.transformer
-    by_width: dict[int, list[torch.Tensor]] = {}
-    for w in [t.adapter.weight] + [p for p in t.core_block.parameters() if p.dim() == 2]:
-        by_width.setdefault(w.shape[1], []).append(w.detach())
-    return [torch.cat(ws) for ws in by_width.values()]
-
-
-@torch.inference_mode()
-def product_floor(model: RecurrentDepthModel, rows: int, repeats: int = 50) -> float:
-    """Seconds per row of one recurrence's weight products alone: the adapter and every core block's matrices on
-    ``rows`` rows, eagerly (the vendor's GEMM), in the model's dtype and device; no norms, attention or RoPE. The
-    matrices that read the same input width are stacked into one, so a recurrence is three products whatever its
-    depth: the same bytes and multiplications with few calls. What a core row·recurrence costs at the vendor GEMM's
-    rate, a reference point rather than a strict bound (inductor's GEMM template beats it on few rows of a small
-    model; on the tiny fixture a call's own few µs weigh in): at one row it is how fast the weights stream from
-    memory, at many rows how fast the device multiplies."""
-    weights = recurrence_matrices(model)
-    xs = [torch.randn(rows, w.shape[1], device=w.device, dtype=w.dtype) for w in weights]
-
-    def once() -> None:
-        for x, w in zip(xs, weights):
-            torch.nn.functional.linear(x, w)
-
-    once()
-    best = float("inf")
-    for _ in range(repeats):
-        with Timer(model.device) as timer:
-            once()
-        best = min(best, timer.seconds)
-    return best / rows
-
-
 def bench_prompts(model: RecurrentDepthModel, n: int, length: int) -> list[list[int]]:
     if model.tokenizer is not None:  # a trained model: real benchmark prompts, so samplers behave as in sweeps
         from recdiff.benchmarks import checkpoint_task, get_benchmark
@@ -439,7 +326,7 @@ def main(argv: list[str] | None = None) -> None:
               f"the sampler's own work are in it too):")
         for label in results:
             print(f"  {label:22s}" + "".join(f" {m}: {results[label][m]['us_row']:.2f}" for m in modes))
-        print(f"  the weight products alone at the vendor GEMM's rate (bench.product_floor), by rows per call — {floors}")
+        print(f"  the weight products alone at the vendor GEMM's rate (bounds.product_floor), by rows per call — {floors}")
         if "static r=32" in results:
             for label in ("diffusion defaults", "diffusion fixed r'=4"):
                 if label in results:

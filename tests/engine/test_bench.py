@@ -7,7 +7,8 @@ from __future__ import annotations
 import torch
 
 from recdiff import generate
-from recdiff.tools.bench import SHAPES, build, main, model_calls, read_bytes, recurrence_matrices, result_bytes
+from recdiff.tools.bench import SHAPES, build, main
+from recdiff.tools.bounds import model_calls, read_bytes, recurrence_matrices, result_bytes
 from recdiff.config import RecurrentConfig
 from recdiff.model import RecurrentDepthModel
 

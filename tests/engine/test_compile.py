@@ -17,7 +17,8 @@ import torch
 from torch._dynamo.utils import counters
 
 from recdiff import generate, warm_up, load_model
-from recdiff.engine.runner import Runner, cache_length, set_compile
+from recdiff.engine.pool import cache_length, get_runner
+from recdiff.engine.runner import set_compile
 from tests.conftest import RAVEN_TINY, need_fixtures
 
 # one per sampler (compiling is the slow part of these tests); the diffusion row exercises adaptive freezing,
@@ -59,7 +60,7 @@ def test_compiled_gives_the_eager_tokens(compiled_model, load_fixture_model):
     sampler, params = CONFIGS[-1]
     assert generate(compiled_model, ps[0], sampler, max_new_tokens=10, stop_token_ids=[], **params).tokens == want[0]
     # every replay above called inductor's generated code itself (program.direct), as it can in this torch
-    assert all(p.direct is not None for run in compiled_model._runners.values() for p in run._programs.values())
+    assert all(p.direct is not None for run in compiled_model._runners.values() for p in run.programs.compiled.values())
 
 
 def test_no_compilation_after_warm_up_across_many_prompt_lengths(compiled_model):
@@ -79,8 +80,8 @@ def test_no_compilation_after_warm_up_across_many_prompt_lengths(compiled_model)
     generate(compiled_model, ps, sampler, batch_size=4, max_new_tokens=10, **kw)
     assert counters["stats"]["unique_graphs"] == before
     # both row classes of the recurrences were met and compiled (a prefill's many rows, a wavefront's few)
-    run = Runner.get(compiled_model, 1, cache_length(compiled_model, 10))
-    classes = {key[1][0] for key in run._programs if key[0].startswith("core4")}
+    run = get_runner(compiled_model, 1, cache_length(compiled_model, 10))
+    classes = {key[1][0] for key in run.programs.compiled if key[0].startswith("core4")}
     assert classes == {False, True}
 
 
@@ -99,13 +100,13 @@ def test_weights_changed_after_compiling_are_not_served_stale_graphs():
     model = load_model(need_fixtures())
     set_compile(model, True)
     n = cache_length(model)
-    first = Runner.get(model, 1, n)
-    assert Runner.get(model, 1, n) is first  # unchanged weights: the compiled runner is reused
+    first = get_runner(model, 1, n)
+    assert get_runner(model, 1, n) is first  # unchanged weights: the compiled runner is reused
     with torch.no_grad():
         model.transformer.core_block[0].mlp.fc.weight.mul_(1.5)
-    assert Runner.get(model, 1, n) is not first
+    assert get_runner(model, 1, n) is not first
     set_compile(model, False)  # eager runners are cached as before
-    eager = Runner.get(model, 1, n)
+    eager = get_runner(model, 1, n)
     with torch.no_grad():
         model.transformer.core_block[0].mlp.fc.weight.mul_(2.0)
-    assert Runner.get(model, 1, n) is eager
+    assert get_runner(model, 1, n) is eager

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from recdiff import load_model
-from recdiff.engine.runner import Runner, cache_length
+from recdiff.engine.pool import cache_length, get_runner
 from tests.conftest import RAVEN_TINY, need_fixtures
 from tests.engine.test_compile import prompts
 
@@ -22,11 +22,11 @@ def test_the_shipped_inductor_settings_give_the_eager_logits(load_fixture_model)
 
     @torch.inference_mode()  # as generate() runs the engine (a shared model's runners hold inference tensors)
     def logits(m) -> torch.Tensor:
-        run = Runner.get(m, 1, cache_length(m))
+        run = get_runner(m, 1, cache_length(m))
         return run.recur(ids, pos, 1)
 
     got, want = logits(model), logits(eager)
-    programs = Runner.get(model, 1, cache_length(model))._programs.values()
+    programs = get_runner(model, 1, cache_length(model)).programs.compiled.values()
     assert programs  # it really compiled
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     assert torch.equal(got.argmax(-1), want.argmax(-1))

@@ -9,7 +9,8 @@ import torch
 
 from recdiff import generate, load_model
 from recdiff.engine.profile import MODEL_CALLS, RUNNER_CALLS, Profile, profiling
-from recdiff.engine.runner import Runner, _EmulatedGraph
+from recdiff.engine.graphs import EmulatedGraph
+from recdiff.engine.runner import Runner
 from recdiff.model import RecurrentDepthModel
 from recdiff.samplers.ar import ARBatch
 from recdiff.samplers.diffusion import DiffusionBatch
@@ -91,9 +92,9 @@ def test_a_replayed_model_step_counts_as_a_model_call(monkeypatch):
     unpatched = [(cls, name, getattr(cls, name)) for cls, names in ((Runner, RUNNER_CALLS),
                                                                     (RecurrentDepthModel, MODEL_CALLS))
                  for name in names]
-    replay, graphed = _EmulatedGraph.__call__, Runner.graphed
+    replay, graphed = EmulatedGraph.__call__, Runner.graphed
 
-    def opaque(self: _EmulatedGraph, *inputs: torch.Tensor):
+    def opaque(self: EmulatedGraph, *inputs: torch.Tensor):
         patched = [(cls, name, getattr(cls, name)) for cls, name, _ in unpatched]
         for cls, name, f in unpatched:
             setattr(cls, name, f)
@@ -109,7 +110,7 @@ def test_a_replayed_model_step_counts_as_a_model_call(monkeypatch):
         kinds.setdefault(name.split("-")[0], set()).add(model)
         return graphed(self, name, fn, *inputs, model=model, **kw)
 
-    monkeypatch.setattr(_EmulatedGraph, "__call__", opaque)
+    monkeypatch.setattr(EmulatedGraph, "__call__", opaque)
     monkeypatch.setattr(Runner, "graphed", recorded)
     with profiling(STEP_CLASSES) as prof:
         res = generate(model, [5, 6, 7, 8], "diffusion", max_new_tokens=12, r=8, r_inner=2, stop_token_ids=[])

@@ -10,7 +10,7 @@ import torch
 
 from recdiff import load_model
 from recdiff.engine.program import MANY_ROWS, direct, prepare
-from recdiff.engine.runner import Runner, cache_length
+from recdiff.engine.pool import cache_length, get_runner
 from tests.conftest import need_fixtures
 
 
@@ -53,7 +53,7 @@ def test_a_callers_own_signature_serves_prepares_program_and_is_held_to_it():
     CHECK_EVERY = 1), and a caller whose arguments stray from what its signature promised fails in one line."""
     model = load_model(need_fixtures(), compile=True)
     model.engine_options["inductor"] = {"cpp_wrapper": False, "max_autotune": False, "freezing": False}
-    run = Runner.get(model, 1, cache_length(model))
+    run = get_runner(model, 1, cache_length(model))
 
     def mix(model, runner, args):
         return (args[0] * 2 + args[1],)
@@ -64,7 +64,7 @@ def test_a_callers_own_signature_serves_prepares_program_and_is_held_to_it():
     assert torch.equal(run.run("mix", mix, (wide, wide), sig=("rows",))[0], wide * 3)
     # the program prepare() keys for these arguments: one capture serves both ways of calling
     assert torch.equal(run.run("mix", mix, (y, x))[0], y * 2 + x)
-    assert len([k for k in run._programs if k[0] == "mix"]) == 1
+    assert len([k for k in run.programs.compiled if k[0] == "mix"]) == 1
     one = torch.randn(1, 1, 4)  # a size-1 dimension the signature does not tell apart
     with pytest.raises(RuntimeError, match="signature"):
         run.run("mix", mix, (one, one), sig=("rows",))
@@ -77,7 +77,7 @@ def test_a_callers_own_signature_serves_prepares_program_and_is_held_to_it():
     for n in (3, 5):
         a, b = torch.randn(1, n, 4), torch.randn(1, n, 4)
         assert torch.equal(run.run("mix", mix, (a, b), sig=("static",), static=static)[0], a * 2 + b)
-    assert len([k for k in run._programs if k[0] == "mix" and len(k) == 3]) == 1  # one, keyed with its dimensions
+    assert len([k for k in run.programs.compiled if k[0] == "mix" and len(k) == 3]) == 1  # one, keyed with its dimensions
     with pytest.raises(RuntimeError, match="signature"):
         run.run("mix", mix, (torch.randn(1, 3, 6), torch.randn(1, 3, 6)), sig=("static",), static=static)
 
@@ -140,7 +140,7 @@ def test_a_program_that_writes_its_argument_writes_it_once_per_call():
     every replay (the generated code called directly) writes them exactly once."""
     model = load_model(need_fixtures(), compile=True)
     model.engine_options["inductor"] = {"cpp_wrapper": False, "max_autotune": False, "freezing": False}
-    run = Runner.get(model, 1, cache_length(model))
+    run = get_runner(model, 1, cache_length(model))
 
     def count(model, runner, args):
         counts, step = args
@@ -151,5 +151,5 @@ def test_a_program_that_writes_its_argument_writes_it_once_per_call():
     for i in range(1, 4):
         (total,) = run.run("count", count, (counts, step), sig=("counts",))
         assert torch.equal(counts, i * step) and total.item() == 10 * i
-    prog = run._vouched_programs[("count", ("counts",))][0]
+    prog = run.programs.vouched[("count", ("counts",))][0]
     assert prog.direct is not None  # the replays above took the generated code itself

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from recdiff import generate, warm_up
-from recdiff.engine import runner
+from recdiff.engine import graphs
 from tests.conftest import RAVEN_TINY, need_fixtures
 from tests.engine.test_batching import CONFIGS
 from tests.engine.test_compile import CONFIGS as ONE_PER_SAMPLER
@@ -32,9 +32,9 @@ def test_graphs_give_the_eager_tokens_and_stats(fixture_dir, models, sampler, pa
 
 @pytest.fixture()
 def captures(monkeypatch):
-    """Counts CUDA-graph captures (every ``runner._Graphed`` made; emulated: every ``runner._EmulatedGraph``)."""
+    """Counts CUDA-graph captures (every ``graphs.Graphed`` made; emulated: every ``graphs.EmulatedGraph``)."""
     count = [0]
-    cls = runner._EmulatedGraph if EMULATE else runner._Graphed
+    cls = graphs.EmulatedGraph if EMULATE else graphs.Graphed
     init = cls.__init__
 
     def counted(self, *args, **kwargs):
@@ -68,7 +68,7 @@ def test_a_graphs_fixed_inputs_are_read_and_written_where_they_are():
     """``Runner.graphed(..., fixed=n)``: the first n inputs are the caller's buffers, used by the graph as they are. A
     write to one lands in the caller's tensor once per call (the capture's warm-up writes copies), the other inputs
     are copied in at each replay, and another tensor in a fixed input's place fails."""
-    cls = runner._EmulatedGraph if EMULATE else runner._Graphed
+    cls = graphs.EmulatedGraph if EMULATE else graphs.Graphed
     dev = "cpu" if EMULATE else "cuda"
     state, x = torch.zeros(3, device=dev), torch.ones(3, device=dev)
 

@@ -1,0 +1,42 @@
+"""A model's runners, kept on the model: one per shape, so compiled graphs, captured graphs and buffers are paid for
+once per process, not per prompt."""
+
+from __future__ import annotations
+
+from recdiff.engine.runner import Runner
+from recdiff.model import RecurrentDepthModel
+
+PAD = 256  # positions past the block every runner has (the default wavefront, 128, plus its growth fits)
+KEEP = 4  # runners kept per model: memory stays bounded when many shapes pass through one process
+
+
+def cache_length(model: RecurrentDepthModel, pad: int = 0) -> int:
+    """Positions per slot: the whole block, plus ``pad`` positions past it (rounded up to a power of two, at least
+    ``PAD``) that only padding rows reach (a wavefront padded to its width, a draft past the last kept token).
+    Every sampler of a model thus gets runners of the same length, which share their compiled graphs and buffers.
+    Attention reads only the prefix of a slot that a call can see, so a long cache costs memory, not time; keys past
+    a query's position are masked exactly (a longer cache gives bit-identical results)."""
+    return model.config.block_size + max(PAD, 1 << max(pad - 1, 0).bit_length())
+
+
+def get_runner(model: RecurrentDepthModel, slots: int, length: int, policy: str = "shared",
+               max_steps: int = 1) -> Runner:
+    """The kept runner of this shape: any of ``slots`` rows, ``policy`` and the model's compile option with room
+    enough (at least ``length`` positions and ``max_steps`` cache planes); a new one otherwise."""
+    steps = max_steps if policy == "per_step" else 1
+    compile = bool(model.engine_options.get("compile"))
+    runners = model.__dict__.setdefault("_runners", {})
+    if compile:  # compiled pieces hold copies of the weights: weights changed in place or moved → compile anew
+        stamp = tuple((p.data_ptr(), p._version) for p in model.parameters())
+        if model.__dict__.get("_weights_stamp") != stamp:
+            runners.clear()
+            model.__dict__["_weights_stamp"] = stamp
+    fits = [k for k in runners if k[0] == slots and k[2] == policy and k[3] >= steps and k[4:] == (compile,)
+            and k[1] >= length]
+    if fits:
+        return runners[min(fits, key=lambda k: (k[1], k[3]))]
+    key = (slots, length, policy, steps, compile)
+    if len(runners) >= KEEP:
+        runners.pop(next(iter(runners)))
+    runners[key] = Runner(model, *key[:4])
+    return runners[key]
