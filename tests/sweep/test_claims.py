@@ -245,3 +245,15 @@ def test_a_trial_that_raises_or_runs_out_of_memory_is_fail_with_its_kind(tmp_pat
     assert t.state == TrialState.FAIL and t.user_attrs["fail_kind"] == kind
     assert t.user_attrs["fail_reason"] == {"error": "RuntimeError: boom",
                                            "oom": "out of memory: CUDA out of memory. Tried 2 GiB"}[kind]
+
+
+def test_an_outcome_told_after_another_worker_failed_the_trial_leaves_what_that_worker_recorded(tmp_path, caplog):
+    from recdiff.trial import Outcome, State
+
+    plan = grid_plan(tmp_path)
+    study = open_(plan)
+    trial = rs.claim_trial(study, plan.grid_params(), {"config_hash": rs.config_hash(plan)})
+    rs.storage_of(study).set_trial_state_values(trial._trial_id, TrialState.FAIL)   # found stale by another worker
+    done = rs.tell(open_(plan), trial, Outcome(State.COMPLETE, [0.5, 5.0], {"n_samples": 1}, []), "")
+    assert done.state == TrialState.FAIL and done.values is None and "n_samples" not in done.user_attrs
+    assert f"trial {trial.number} was finished by another worker meanwhile (FAIL)" in caplog.text
