@@ -2,8 +2,9 @@
 
 Each Hydra job either runs one trial and records it in the Optuna study (``study.mode=grid``) or runs an
 ask/tell loop until the study holds ``study.n_trials`` trials (``study.mode=search``). Everything but the
-entry point and the closing speed-up table lives in :mod:`recdiff.study` (Optuna), :mod:`recdiff.trial` (a trial's
-measurements) and :mod:`recdiff.schema` (the typed plan).
+entry point lives in :mod:`recdiff.study` (Optuna), :mod:`recdiff.trial` (a trial's measurements),
+:mod:`recdiff.schema` (the typed plan) and, for the closing speed-up table, :mod:`analysis.speedup`. The paper's
+recipes (``sweeps=<recipe>``) are on Hydra's search path through the plugin ``hydra_plugins/recdiff_recipes.py``.
 Bad input (a config typo, a wrong type, an out-of-range setting, an unknown or unwritable storage, a missing model)
 ends with one line ``error: ...`` on stderr and exit code 2, before any model loads and with nothing recorded
 (``RECDIFF_TRACEBACK=1`` shows the traceback instead). A sweep that recorded trials and completed none, that lost a
@@ -12,7 +13,6 @@ worker or its storage, or that ends with configurations neither COMPLETE nor rec
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
@@ -23,15 +23,11 @@ from omegaconf import DictConfig
 
 import recdiff.schema  # noqa: F401  (registers the structured-config schemas)
 
-REPO = Path(__file__).resolve().parent
-
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> tuple[float, float] | None:
-    from recdiff.errors import describe_error
+    from recdiff.errors import SweepStopped, describe_error
     from recdiff.study import run_job
-
-    from recdiff.errors import SweepStopped
 
     try:
         return run_job(cfg)
@@ -45,7 +41,7 @@ def main(cfg: DictConfig) -> tuple[float, float] | None:
 def print_speedup_table(root: Path, identities: list[Any]) -> None:
     """The study's COMPLETE trials of the sweep's identities, relative to the study's reference (``run.reference``,
     static AR at r=32 by default): accuracy, tokens/s, the paired speed-up and the accuracy change in points, each with
-    its 95% interval (``analysis.tables.speedup_table``, the numbers of the report and Table 1). Nothing when the
+    its 95% interval (``analysis.speedup.speedup_table``, the numbers of the report and Table 1). Nothing when the
     sweep recorded no identity; a table that cannot be made is one line on stderr, never a failed sweep (the trials
     are recorded; only the summary is missing)."""
     if not identities or not (root / "study.json").is_file():
@@ -54,7 +50,8 @@ def print_speedup_table(root: Path, identities: list[Any]) -> None:
         import polars as pl
 
         from analysis.load import load_trials
-        from analysis.tables import format_speedup, reference_label, speedup_table
+        from analysis.reference import reference_label
+        from analysis.speedup import format_speedup, speedup_table
         from recdiff.study.identity import key
 
         df = load_trials(root)
@@ -69,45 +66,21 @@ def print_speedup_table(root: Path, identities: list[Any]) -> None:
     print(f"\nstudy {name}: {table.height} trials, relative to {reference}\n{text}", flush=True)
 
 
-def with_search_path(argv: list[str]) -> list[str]:
-    """``argv`` plus ``hydra.searchpath`` (the paper recipes in sweeps/, group `sweeps`), placed where no Hydra flag
-    can take it for its value (``--info`` takes an optional one): overrides first, then the flags."""
-    from hydra._internal.utils import get_args_parser
-
-    if any(a.startswith("hydra.searchpath") for a in argv):
-        return argv
-    parser = get_args_parser()
-    parser.exit_on_error = False
-    try:
-        args, extra = parser.parse_known_args(argv)
-    except argparse.ArgumentError:
-        return [*argv, f"hydra.searchpath=[file://{REPO}]"]   # Hydra reports the bad flag itself
-    flags = list(argv)
-    for override in args.overrides:
-        flags.remove(override)
-    return [*args.overrides, f"hydra.searchpath=[file://{REPO}]", *flags]
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def cli(argv: list[str] | None = None) -> int:
     """Exit status: 0; 1 when the sweep recorded trials and completed none, lost a worker (a killed joblib worker, a
     SLURM job without a result) or its storage, or ends with configurations neither COMPLETE nor recorded by it; 2
     for bad input (one line); 130 when interrupted (Ctrl-C, SIGTERM, a cancelled SLURM job)."""
-    import signal
-
     from recdiff.study import sweep_status
+    from recdiff.study.interrupt import interrupt_on_sigterm
 
-    argv = with_search_path(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
     # Exceptions reach us instead of Hydra's multi-line report; we print one line.
     os.environ["HYDRA_FULL_ERROR"] = "1"
     # a killed joblib worker leaves semaphores that multiprocessing's tracker warns about at exit: one line is ours
     os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"),
                                                           "ignore:resource_tracker:UserWarning"]))
     sys.argv = [sys.argv[0], *argv]
-    signal.signal(signal.SIGTERM, _interrupt)   # as Ctrl-C: the running trial is FAIL and re-queued
+    interrupt_on_sigterm()
     try:
         main()
     except KeyboardInterrupt:

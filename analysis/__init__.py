@@ -4,8 +4,10 @@ from analysis.pareto import (dominates, frame_hypervolume, hypervolume, hypervol
                              noisy_dominates, noisy_pareto_front, noisy_pareto_mask, pareto_front, pareto_mask,
                              with_noisy_pareto, with_pareto)
 from analysis.plots import plot_cache_sharing, plot_heatmap, plot_pareto, plot_tradeoff
+from analysis.reference import reference_trials
+from analysis.speedup import format_speedup, speedup_table
+from analysis.tables import sampler_table
 from analysis.trace_plots import plot_latent_change, plot_position_stability, plot_token_trace, position_stats
-from analysis.tables import format_speedup, reference_trials, sampler_table, speedup_table
 
 __all__ = [
     "load_samples", "load_trace", "load_trials", "resolve",

@@ -15,8 +15,8 @@ from analysis.intervals import (Est, all_of, decide, ests, fisher_interval, grou
 from analysis.labels import label, setting
 from analysis.load import load_trace
 from analysis.pareto import noisy_dominates, noisy_pareto_front
-from analysis.tables import (delta_accuracy, is_paper_reference, reference_label, reference_trials, speedup_est,
-                             speedup_table)
+from analysis.reference import delta_accuracy, is_paper_reference, reference_label, reference_trials
+from analysis.speedup import speedup_est, speedup_table
 from analysis.trace_plots import position_stats
 from analysis.verdicts import Check, Untestable, judged
 

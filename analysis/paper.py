@@ -33,7 +33,7 @@ import polars as pl
 
 from analysis.claims import CLAIMS, Claim, judge_all
 from analysis.verdicts import Verdict, count_outcomes
-from analysis.tables import PAPER_REFERENCE, reference_label
+from analysis.reference import PAPER_REFERENCE, reference_label
 from recdiff.errors import RecdiffError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -58,7 +58,8 @@ class Scale:
     minutes: int          # the budget it is sized for, on 2 CPU cores (printed, not enforced)
     # run.timeout_s of every trial: a search may propose a configuration whose wavefront never converges (high η
     # and noise, r' = 1), which runs to the step cap (4·max_new_tokens·⌈r/r'⌉ steps per answer): hours, not seconds.
-    # It is recorded FAIL and the run goes on (at full scale the slowest ordinary trial took 96 s).
+    # It is recorded FAIL and the run goes on; the limit sits well above an ordinary trial (docs/speed.md, "Sizing
+    # the paper runner").
     trial_timeout_s: int
 
 
@@ -66,8 +67,8 @@ SCALES: dict[str, Scale] = {
     "smoke": Scale(limit=8, speed_samples=1, repeats=2, max_values=2, search_trials=2, population=2, minutes=3,  # tests
                    trial_timeout_s=120),
     # ci: speed_samples × repeats paired cells per trial for the speed-up's interval (the report states how wide), in
-    # ≤ 15 minutes on 2 CPU cores: 40 problems and 8 search trials took 17 min on an idle machine; accuracy on the
-    # embedded default sits at its ceiling whatever the slice, so the slice is what gives way
+    # ≤ 15 minutes on 2 CPU cores (docs/speed.md, "Sizing the paper runner"); accuracy on the embedded default sits
+    # at its ceiling whatever the slice, so the slice is what gives way
     "ci": Scale(limit=24, speed_samples=2, repeats=3, max_values=3, search_trials=6, population=3, minutes=15,
                 trial_timeout_s=300),
     "full": Scale(limit=200, speed_samples=16, repeats=5, max_values=None, search_trials=32, population=8, minutes=60,
@@ -84,16 +85,16 @@ class Recipe:
 
     @classmethod
     def load(cls, path: Path) -> "Recipe":
-        """The recipe as ``sweep.py`` composes it (Hydra's compose API over conf/ with sweeps/ on the search path),
-        so that what the runner sweeps is what a user's ``python sweep.py -m sweeps=<name>`` sweeps."""
+        """The recipe as ``sweep.py`` composes it (Hydra's compose API over conf/, with sweeps/ on the search path
+        through ``hydra_plugins/recdiff_recipes.py``), so that what the runner sweeps is what a user's
+        ``python sweep.py -m sweeps=<name>`` sweeps."""
         from hydra import compose, initialize_config_dir
         from omegaconf import OmegaConf
 
         import recdiff.schema  # noqa: F401  (registers the structured-config schemas conf/config.yaml names)
 
         with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-            cfg = compose("config", overrides=[f"sweeps={path.stem}", f"hydra.searchpath=[file://{path.parent.parent}]"],
-                          return_hydra_config=True)
+            cfg = compose("config", overrides=[f"sweeps={path.stem}"], return_hydra_config=True)
         params = OmegaConf.to_container(cfg.hydra.sweeper.params) if cfg.hydra.sweeper.get("params") else {}
         # a comment is not configuration: the first comment line of the file says what of the paper it draws
         first = next((ln.lstrip("# ").strip() for ln in path.read_text().splitlines()

@@ -16,7 +16,9 @@ from analysis import plots, trace_plots
 from analysis.labels import OBJECTIVES, SAMPLER_KEYS, benchmark_name, label, setting
 from analysis.load import check_identities, load_samples, load_trials, resolve, study_name_of
 from analysis.pareto import hypervolume_interval, knee, noisy_pareto_front, pareto_front
-from analysis.tables import format_speedup, reference_label, sampler_table, speedup_table
+from analysis.reference import reference_label
+from analysis.speedup import format_speedup, speedup_table
+from analysis.tables import sampler_table
 from recdiff.errors import RecdiffError
 from recdiff.params import SAMPLER_PARAMS
 

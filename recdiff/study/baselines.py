@@ -7,7 +7,7 @@ the same settings has (``sweeps=kv_sharing``, ``sweeps=table1``), and it is reco
 attribute ``baseline=True``.
 
 Every grid job runs, before its own trial, the baselines of its identity that the study does not hold yet: one
-COMPLETE, or RUNNING in another process (claimed, see :func:`~recdiff.study.record.claim_trial`), is reused. So the
+COMPLETE, or RUNNING in another process (claimed, see :func:`~recdiff.study.record.claim`), is reused. So the
 first job of a sweep records them, later jobs and later sweeps on the study reuse them, and parallel workers split
 them between them. A baseline that failed in this sweep is not tried again by its other jobs (a later sweep does).
 """
@@ -23,9 +23,9 @@ import optuna
 from optuna.trial import TrialState
 
 from recdiff.params import SAMPLER_PARAMS
-from recdiff.study.claimed import run_claimed
 from recdiff.study.identity import config_hash
-from recdiff.study.record import SWEEP_TOKEN_ENV, holder
+from recdiff.study.record import claim, holder, run_claimed
+from recdiff.study.results import SWEEP_TOKEN_ENV
 from recdiff.study.storage import fail_stale_trials
 
 if TYPE_CHECKING:
@@ -59,7 +59,8 @@ def _tried_in_this_sweep(study: optuna.Study, digest: str) -> bool:
 def run_baselines(plan: Config, study: optuna.Study, load: Callable[[], Any], out_dir: Path,
                   common: dict[str, Any]) -> list[int]:
     """Record the baselines of this job's identity that the study does not hold (measured, or copied from another
-    study of the storage, see :func:`~recdiff.study.claimed.run_claimed`); the numbers of the trials recorded.
+    study of the storage, see :func:`~recdiff.study.record.measure`); the numbers of the trials recorded. A baseline
+    another process claimed at the same moment is left to it.
     ``load``: the workload, called only when a baseline is measured; ``common``: attributes of every trial of the job
     (``identity``, ...)."""
     fail_stale_trials(study)
@@ -75,7 +76,10 @@ def run_baselines(plan: Config, study: optuna.Study, load: Callable[[], Any], ou
             continue
         attrs = {"config_hash": digest, **common, "baseline": True, "sweep_token": os.environ.get(SWEEP_TOKEN_ENV)}
         log.info("baseline %s", baseline_name(sampler, settings))
-        done = run_claimed(bplan, study, load, out_dir / baseline_name(sampler, settings), attrs)
-        if done is not None:
-            ran.append(done[0].number)
+        trial = claim(bplan, study, attrs)
+        if trial is None:
+            continue
+        done, _ = run_claimed(bplan, study, trial, load, out_dir / baseline_name(sampler, settings), attrs,
+                              reuse=bplan.study.reuse)
+        ran.append(done.number)
     return ran

@@ -14,8 +14,6 @@ Torch's CPU threads are the job's share of the machine from its start (:mod:`~re
 
 from __future__ import annotations
 
-import signal
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,13 +24,15 @@ from recdiff.schema import Config, Mode, make_plan
 from recdiff.study.connect import open_storage, open_study, resolve_storage_url
 from recdiff.study.grid import run_grid_trial
 from recdiff.study.identity import check_identity, identity_from_config, weights_digest
-from recdiff.study.record import write_json
+from recdiff.study.interrupt import interrupt_on_sigterm
 from recdiff.study.resources import thread_budget
+from recdiff.study.results import write_json
 from recdiff.study.search import make_sampler, run_search
 from recdiff.study.writable import check_writable_outputs
 
 if TYPE_CHECKING:
     from recdiff.trial import Prepared
+
 
 def _launcher() -> dict[str, Any]:
     from hydra.core.hydra_config import HydraConfig
@@ -50,14 +50,6 @@ def _sweep_dirs() -> tuple[Path, Path]:
     job = Path(hc.runtime.output_dir)
     top = Path(hc.sweep.dir) if hc.mode == RunMode.MULTIRUN else Path(hc.run.dir)
     return job, top
-
-
-def _sigterm_to_interrupt() -> None:
-    if threading.current_thread() is threading.main_thread():
-        def handler(signum: int, frame: Any) -> None:
-            raise KeyboardInterrupt(f"signal {signum}")
-
-        signal.signal(signal.SIGTERM, handler)
 
 
 def open_checked_study(plan: Config, prepared: Prepared, top_dir: Path) -> tuple[optuna.Study, dict[str, Any]]:
@@ -83,7 +75,7 @@ def run_job(cfg: DictConfig) -> tuple[float, float] | None:
     from recdiff.trial import prepare
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)   # one line per trial is ours
-    _sigterm_to_interrupt()
+    interrupt_on_sigterm()
     plan = make_plan(cfg)                                                   # 1. plan
     threads = thread_budget(plan.run.threads, _launcher())
     torch.set_num_threads(threads)

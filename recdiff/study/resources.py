@@ -1,9 +1,10 @@
 """Each worker's share of the machine: torch's CPU threads per job (``run.threads``).
 
 Workers on one machine (Hydra's joblib launcher) that each start torch's default of one thread per core
-oversubscribe the cores: a trial beside other work ran about 10x slower than alone. ``run.threads: null`` is this
-job's share: the cores it may use (its CPU affinity; under SLURM the job's CPUs) divided by the workers the launcher
-runs on the machine at once (joblib's ``n_jobs``; a SLURM job is one worker), at least one.
+oversubscribe the cores, and every trial slows down by far more than its share (docs/sweeps.md, "Threads"). So
+``run.threads: null`` is this job's share: the cores it may use (its CPU affinity; under SLURM the job's CPUs)
+divided by the workers the launcher runs on the machine at once (joblib's ``n_jobs``; a SLURM job is one worker), at
+least one.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Searched studies: every Hydra job runs an ask/tell loop until the study holds ``study.n_trials`` counted trials.
 
 Counted: COMPLETE, FAIL with a reason of its own, PRUNED as invalid; several jobs may share one study. A job whose
-ask comes after other jobs took the last places prunes it (``surplus``, not counted) and waits for theirs.
+ask comes after other jobs took the last places prunes it (``surplus``, not counted) and waits for theirs. A trial
+takes the study's one path (:mod:`~recdiff.study.record`): asked and claimed, measured, recorded.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import optuna
 from optuna.trial import TrialState
 
 from recdiff.study.identity import config_hash
-from recdiff.study.record import evaluate, find_duplicate, log_trial, provenance, store_artifacts, write_result
-from recdiff.study.storage import claim_for_this_process, fail_stale_trials, holding, storage_of, trial_id
+from recdiff.study.record import claim_asked, duplicate, find_duplicate, run_claimed, tell
+from recdiff.study.storage import fail_stale_trials
+from recdiff.trial.outcome import Outcome, State
 
 if TYPE_CHECKING:
     from recdiff.schema import Config, StudyConfig
@@ -67,12 +69,6 @@ def count_trials(study: optuna.Study, before: int | None = None) -> tuple[int, i
     return done, running
 
 
-def _tell(study: optuna.Study, trial: optuna.Trial, state: TrialState, attrs: dict[str, Any]) -> None:
-    for k, v in attrs.items():
-        trial.set_user_attr(k, v)
-    study.tell(trial, state=state)
-
-
 def run_search(plan: Config, study: optuna.Study, work: Any, job_dir: Path, identity: dict[str, Any]) -> None:
     space, spec = plan.search_space(), plan.study
     duplicates_in_a_row = 0
@@ -89,39 +85,28 @@ def run_search(plan: Config, study: optuna.Study, work: Any, job_dir: Path, iden
             log.info("grid exhausted after %d trials", done)
             return
         trial = study.ask(space)
-        claim_for_this_process(study, trial)
+        claim_asked(study, trial)
         # Workers count, then ask: two may ask for the last place. The earlier-numbered trial keeps it.
         done, ahead = count_trials(study, before=trial.number)
         if done + ahead >= spec.n_trials:
-            _tell(study, trial, TrialState.PRUNED,
-                  {"surplus": True, "prune_reason": f"n_trials={spec.n_trials} reached by other workers"})
+            tell(study, trial, Outcome(State.PRUNED, None, {
+                "surplus": True, "prune_reason": f"n_trials={spec.n_trials} reached by other workers"}, []), "")
             log.info("trial %d stepped back: the last places are taken by other workers", trial.number)
             continue
-        trial_dir = job_dir / "trials" / f"{trial.number:04d}"
         trial_plan = plan.with_sampler(**trial.params)
-        digest = config_hash(trial_plan)
-        trial.set_user_attr("config_hash", digest)
-        trial.set_user_attr("identity", identity)
-        params = dict(trial.params)
-        if spec.skip_duplicates and (dup := find_duplicate(study, digest, exclude=trial.number)) is not None:
+        attrs = {"config_hash": config_hash(trial_plan), "identity": identity}
+        for k, v in attrs.items():   # seen by other workers' duplicate checks from now on
+            trial.set_user_attr(k, v)
+        dup = find_duplicate(study, attrs["config_hash"], exclude=trial.number) if spec.skip_duplicates else None
+        if dup is not None:
             duplicates_in_a_row += 1
-            _tell(study, trial, TrialState.PRUNED, {"duplicate_of": dup.number,
-                                                    "prune_reason": f"duplicate of trial {dup.number}"})
+            tell(study, trial, duplicate(dup.number), "")
             log.info("trial %d skipped: duplicate of trial %d", trial.number, dup.number)
             if duplicates_in_a_row >= spec.max_duplicates:
                 log.info("%d duplicate proposals in a row: the search space looks exhausted", duplicates_in_a_row)
                 return
             continue
         duplicates_in_a_row = 0
-        with holding(study, trial, spec.heartbeat_interval):   # interrupted (Ctrl-C, SIGTERM): FAIL, re-queued
-            outcome = evaluate(work, trial_plan.trial, trial_dir)
-        outcome.attrs.update(provenance(trial_plan, work.device, trial_dir, work.threads), identity=identity)
-        store_artifacts(study, trial, outcome, spec.artifact_dir)
-        for k, v in outcome.attrs.items():
-            trial.set_user_attr(k, v)
-        try:
-            study.tell(trial, outcome.values if outcome.state == TrialState.COMPLETE else None, state=outcome.state)
-        except (optuna.exceptions.UpdateFinishedTrialError, RuntimeError) as e:
-            log.warning("trial %d was failed by another worker meanwhile (%s)", trial.number, e)
-        log_trial(trial.number, outcome, params)
-        write_result(trial_dir, storage_of(study).get_trial(trial_id(trial)), outcome, params)
+        # study.reuse is a grid setting (conf/study/grid.yaml): a search measures what it proposes
+        run_claimed(trial_plan, study, trial, lambda: work, job_dir / "trials" / f"{trial.number:04d}", attrs,
+                    reuse=False)

@@ -112,11 +112,6 @@ def record_heartbeat(study: optuna.Study, trial: optuna.trial.Trial | FrozenTria
         storage.record_heartbeat(trial._trial_id)
 
 
-def claim_for_this_process(study: optuna.Study, trial: optuna.trial.Trial | FrozenTrial) -> None:
-    """Name this process as the claimant of a RUNNING trial (``study.ask`` made it)."""
-    study._storage.set_trial_system_attr(trial._trial_id, CLAIMANT_ATTR, claimant.this_process())
-
-
 def _gone(study: optuna.Study) -> dict[int, str]:
     """RUNNING trials whose claimant ran on this machine and has ended: trial id → why."""
     return {t._trial_id: f"worker died ({claimant.describe(who)} is gone)"

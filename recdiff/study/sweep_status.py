@@ -30,7 +30,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from recdiff.study.record import SWEEP_TOKEN_ENV
+from recdiff.study.results import SWEEP_TOKEN_ENV
 
 
 SUMMARY_FILE = "sweep.json"

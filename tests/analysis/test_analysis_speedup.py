@@ -12,7 +12,9 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import TrialState
 
 from analysis.load import load_trials
-from analysis.tables import format_speedup, reference_label, reference_trials, sampler_table, speedup_table
+from analysis.reference import reference_label, reference_trials
+from analysis.speedup import format_speedup, speedup_table
+from analysis.tables import sampler_table
 from recdiff.errors import RecdiffError
 
 from .conftest import set_metric_names

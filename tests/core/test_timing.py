@@ -143,11 +143,11 @@ def test_a_failing_reference_raises_a_clear_error(failure):
 
 
 def test_a_trial_whose_reference_fails_is_recorded_fail_without_a_speedup(monkeypatch, tmp_path):
-    """The study's classification of a trial's outcome (recdiff.study.record.evaluate) around a trial whose paired
+    """The classification of a trial's outcome (recdiff.trial.evaluate) around a trial whose paired
     timing fails on the reference: FAIL, with the reason, and no speed-up recorded."""
     pytest.importorskip("optuna", reason="the sweep stack is not installed (a GPU box: docs/gpu.md)")
     import recdiff.trial
-    from recdiff.study.record import evaluate
+    from recdiff.trial import evaluate
 
     def run_trial(work, cfg, output_dir):
         res = paired_timing(lambda i: 10, lambda i: 0, 1, rounds=3, warmup=0)

@@ -30,7 +30,7 @@ def compose_cfg(overrides: list[str] = ()):
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="config", overrides=[*overrides, f"hydra.searchpath=[file://{REPO}]"])
+        return compose(config_name="config", overrides=list(overrides))
 
 
 def compose_plan(overrides: list[str] = ()):

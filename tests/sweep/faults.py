@@ -92,7 +92,7 @@ class InjectFault(Callback):
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         from hydra.core.hydra_config import HydraConfig
 
-        from recdiff.study import claimed, record, search
+        from recdiff.study import record
         from recdiff.trial import measure
 
         num = OmegaConf.select(HydraConfig.get(), "job.num", default=0)   # a single run has no job number
@@ -114,15 +114,15 @@ class InjectFault(Callback):
                 db_restart()
 
         measure.accuracy_pass = faulty
-        search.log_trial = claimed.log_trial = between_trials
+        record.log_trial = between_trials
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
-        from recdiff.study import claimed, search
+        from recdiff.study import record
         from recdiff.trial import measure
 
         measure.accuracy_pass = self.original
         measure.reference_gen = self.original_reference
-        search.log_trial = claimed.log_trial = self.log_trial
+        record.log_trial = self.log_trial
 
 
 def fault_args(*faults: str | None, jobs: bool = True) -> list[str]:

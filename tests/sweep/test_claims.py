@@ -40,7 +40,7 @@ class FakeClock:
     def __init__(self, monkeypatch, then=None) -> None:
         self.now, self.waits, self.then = 1_000_000.0, [], then
         monkeypatch.setattr(rs.storage, "clock", lambda: self.now)
-        monkeypatch.setattr(rs.grid, "sleep", self.sleep)
+        monkeypatch.setattr(rs.record, "sleep", self.sleep)
 
     def sleep(self, seconds: float) -> None:
         self.waits.append(seconds)
@@ -112,13 +112,13 @@ def test_claims_made_at_the_same_moment_are_settled_by_trial_number(tmp_path, mo
     study = open_(plan)
     digest = rs.config_hash(plan)
     other = rs.claim_trial(study, plan.grid_params(), {"config_hash": digest})   # another process, a moment earlier
-    looks = []
+    looks, real = [], rs.record.holder
 
     def holder(s, d):   # our first look came before the other claim was visible
         looks.append(d)
-        return None if len(looks) == 1 else rs.record.holder(s, d)
+        return None if len(looks) == 1 else real(s, d)
 
-    monkeypatch.setattr(rs.grid, "holder", holder)
+    monkeypatch.setattr(rs.record, "holder", holder)
     # the other process completes its trial while this one waits
     FakeClock(monkeypatch, then=lambda: rs.storage_of(study).set_trial_state_values(
         other._trial_id, TrialState.COMPLETE, values=[0.5, 5.0]))
@@ -191,7 +191,7 @@ def test_a_configuration_whose_worker_died_more_than_max_retry_times_is_not_run_
     calls: list = []
     monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial(calls))
     FakeClock(monkeypatch)
-    monkeypatch.setenv(rs.record.SWEEP_TOKEN_ENV, "sweep-1")
+    monkeypatch.setenv(rs.results.SWEEP_TOKEN_ENV, "sweep-1")
     plan = grid_plan(tmp_path, "study.max_retry=1", "study.grace_period=3600")
     study = open_(plan)
     for attempt in range(2):                       # the first run and its one retry: each kills its worker
@@ -245,3 +245,15 @@ def test_a_trial_that_raises_or_runs_out_of_memory_is_fail_with_its_kind(tmp_pat
     assert t.state == TrialState.FAIL and t.user_attrs["fail_kind"] == kind
     assert t.user_attrs["fail_reason"] == {"error": "RuntimeError: boom",
                                            "oom": "out of memory: CUDA out of memory. Tried 2 GiB"}[kind]
+
+
+def test_an_outcome_told_after_another_worker_failed_the_trial_leaves_what_that_worker_recorded(tmp_path, caplog):
+    from recdiff.trial import Outcome, State
+
+    plan = grid_plan(tmp_path)
+    study = open_(plan)
+    trial = rs.claim_trial(study, plan.grid_params(), {"config_hash": rs.config_hash(plan)})
+    rs.storage_of(study).set_trial_state_values(trial._trial_id, TrialState.FAIL)   # found stale by another worker
+    done = rs.tell(open_(plan), trial, Outcome(State.COMPLETE, [0.5, 5.0], {"n_samples": 1}, []), "")
+    assert done.state == TrialState.FAIL and done.values is None and "n_samples" not in done.user_attrs
+    assert f"trial {trial.number} was finished by another worker meanwhile (FAIL)" in caplog.text

@@ -211,6 +211,7 @@ def test_every_config_file_composes(overrides):
     (["--cfg", "job", "sampler.r_inner=8"], "r_inner: 8"),
     (["sampler.r_inner=8", "--cfg", "job", "--package", "sampler"], "r_inner: 8"),
     (["sampler.r_inner=8", "--help"], "Compose your configuration from those groups"),
+    (["sweeps=eta", "--cfg", "job", "--package", "study"], "name: eta-"),   # a recipe of sweeps/ (the plugin's path)
     (["-m", "sampler.r_inner=1,2", "--cfg", "job"], "error: Only one of --run, --multirun"),   # Hydra's own rule
 ])
 def test_hydra_flags_work_next_to_overrides(args, expect):
@@ -231,6 +232,8 @@ def test_paper_defaults():
     ("sampler.r_inner=four", "error: sampler.r_inner: Value 'four' of type 'str' could not be converted to Integer"),
     ("sampler.freeze=sometimes", "error: sampler.freeze: Invalid value 'sometimes'"),
     ("sampler=diffusionn", "error: In 'config': Could not find 'sampler/diffusionn' (available: adaptive, diffusion"),
+    ("sweeps=fig_pareto_r_inner_beta",   # a recipe that does not exist; the list shows the recipes of sweeps/
+     "error: In 'config': Could not find 'sweeps/fig_pareto_r_inner_beta' (available: beta_schedule, continuous"),
     ("study.n_trial=3", "error: unknown config key 'study.n_trial' (did you mean 'n_trials'?)"),
     ("study.storage=redis://x/0", "error: unknown storage 'redis://x/0'"),
     ("model.path=/nonexistent/model", "error: model path not found: /nonexistent/model"),
