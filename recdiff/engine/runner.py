@@ -33,7 +33,7 @@ from torch import Tensor
 from recdiff import fused
 from recdiff.cache import Call, SlotKV, make_call
 from recdiff.engine.program import Program, internals, prepare
-from recdiff.model import RecurrentDepthModel, relative_change, rope_table
+from recdiff.model import RecurrentDepthModel, relative_change
 
 
 def set_compile(model: RecurrentDepthModel, compile: bool) -> None:
@@ -162,7 +162,7 @@ class Runner:
         self.cache = SlotKV(model.config, slots, length, policy, max_steps, device=p.device, dtype=p.dtype)
         cfg = model.config
         # positions past the block only ever hold padding rows (a wavefront padded to its width); give them angles
-        self.freqs = model.freqs_cis if length <= cfg.block_size else rope_table(cfg.head_dim, length, cfg.rope_base).to(p.device)
+        self.freqs = model.freqs_cis if length <= cfg.block_size else model.rope_table(length, p.device)
         compile = bool(model.engine_options.get("compile"))
         self.compiled = compile and p.device.type == "cpu"  # pieces as Programs (recdiff/engine/program.py)
         if self.compiled:
