@@ -29,7 +29,8 @@ from recdiff.layers import (KV, Attention, GatedMLP, RMSNorm, apply_rope, apply_
 
 
 class RecurrentDepthModel(nn.Module):
-    def __init__(self, config: RecurrentConfig) -> None:
+    def __init__(self, config: RecurrentConfig, rope: bool = True) -> None:
+        """``rope=False``: no RoPE table (the module tree alone, as recognition compares weight names)."""
         super().__init__()
         self.config = config
         c = config
@@ -49,7 +50,8 @@ class RecurrentDepthModel(nn.Module):
         if c.tie_embeddings:
             self.lm_head.weight = self.transformer.wte.weight
         self.ln_f_on_state = family.ln_f_on_state
-        self.register_buffer("freqs_cis", family.table(c, c.block_size), persistent=False)
+        table = family.table(c, c.block_size) if rope else torch.zeros(1, 0, 1, c.head_dim // 2, 2)
+        self.register_buffer("freqs_cis", table, persistent=False)
         self.tokenizer = None  # set by recdiff.load_model when the checkpoint folder has one
         self.engine_options: dict = {}  # set by recdiff.load_model(compile=...): how the engine runs this model
 
