@@ -31,3 +31,31 @@ def one_per_family() -> list[Path]:
 @pytest.fixture(params=RETRO_DIRS, ids=lambda d: d.name)
 def retro_dir(request: pytest.FixtureRequest) -> Path:
     return request.param
+
+
+@pytest.fixture(scope="session")
+def converging(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One checkpoint per family whose recurrence converges: the fixture with its adapter's state columns × 0.3,
+    saved with recdiff's ``save_pretrained`` (and recognised again when loaded). A trained model's recurrence
+    converges; random weights need not, and there the rounding of float32 products, which differs between a batch's
+    wider matrices and one prompt's (a one-row product is another kernel), grows until a near-tie of two logits flips
+    (the raw fixtures give each prompt alone what a batch gives in float64)."""
+    import shutil
+
+    import torch
+
+    from recdiff import load_model, save_pretrained
+
+    out = {}
+    for d in one_per_family():
+        model = load_model(d)
+        with torch.no_grad():
+            model.transformer.adapter.weight[:, : model.config.n_embd] *= 0.3
+        out[d.name] = save_pretrained(model, tmp_path_factory.mktemp(d.name))
+        shutil.copy(d / "prompts.json", out[d.name] / "prompts.json")
+    return out
+
+
+@pytest.fixture(params=[d.name for d in one_per_family()])
+def conv_dir(request: pytest.FixtureRequest, converging: dict[str, Path]) -> Path:
+    return converging[request.param]
