@@ -33,13 +33,12 @@ def retro_dir(request: pytest.FixtureRequest) -> Path:
     return request.param
 
 
-@pytest.fixture(scope="session")
-def converging(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """One checkpoint per family whose recurrence converges: the fixture with its adapter's state columns × 0.3,
-    saved with recdiff's ``save_pretrained`` (and recognised again when loaded). A trained model's recurrence
-    converges; random weights need not, and there the rounding of float32 products, which differs between a batch's
-    wider matrices and one prompt's (a one-row product is another kernel), grows until a near-tie of two logits flips
-    (the raw fixtures give each prompt alone what a batch gives in float64)."""
+def converging_copies(root: Path) -> dict[str, Path]:
+    """One checkpoint per family whose recurrence converges, under ``root``: the fixture with its adapter's state
+    columns × 0.3, saved with recdiff's ``save_pretrained`` (and recognised again when loaded). A trained model's
+    recurrence converges; random weights need not, and there the rounding of float32 products, which differs between
+    a batch's wider matrices and one prompt's (a one-row product is another kernel), grows until a near-tie of two
+    logits flips (the raw fixtures give each prompt alone what a batch gives in float64)."""
     import shutil
 
     import torch
@@ -51,9 +50,15 @@ def converging(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         model = load_model(d)
         with torch.no_grad():
             model.transformer.adapter.weight[:, : model.config.n_embd] *= 0.3
-        out[d.name] = save_pretrained(model, tmp_path_factory.mktemp(d.name))
+        out[d.name] = save_pretrained(model, root / d.name)
         shutil.copy(d / "prompts.json", out[d.name] / "prompts.json")
     return out
+
+
+@pytest.fixture(scope="session")
+def converging(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """:func:`converging_copies` once per session."""
+    return converging_copies(tmp_path_factory.mktemp("converging"))
 
 
 @pytest.fixture(params=[d.name for d in one_per_family()])
