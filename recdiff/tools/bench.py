@@ -380,7 +380,9 @@ def bench_prompts(model: RecurrentDepthModel, n: int, length: int) -> list[list[
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m recdiff.bench", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default="fixture,random-small", help="comma list: fixture, embedded, random-small, huginn, or a folder")
+    ap.add_argument("--models", default="fixture,random-small",
+                    help="comma list: fixture, embedded, a shape of random weights (" + ", ".join(SHAPES) + "), or a "
+                         "checkpoint folder of any model family")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default=None, choices=[None, "float32", "bfloat16"])
     ap.add_argument("--prompts", type=int, default=5, help="prompts timed one at a time (batch-1 modes)")
