@@ -99,3 +99,22 @@ def test_a_named_family_is_part_of_the_identity_and_the_hash():
     assert identity_from_config(named.as_dict())["model"]["family"] == "huginn"
     with pytest.raises(RecdiffError, match="unknown model family 'gemma'"):
         compose_plan(["model.family=gemma"])
+
+
+@pytest.mark.parametrize("entry", sorted(p.stem for p in (REPO / "conf" / "model").glob("recurrent_*.yaml")))
+def test_each_published_checkpoint_entry_runs_offline_from_a_folder(entry):
+    """conf/model's entry of a published retrofit, with model.path=DIR (a folder of its family): the plan checks,
+    the folder fits the entry's family and loads; nothing is downloaded."""
+    from recdiff import RecdiffError
+    from recdiff.trial.workload import prepare
+    from tests.sweep.conftest import compose_plan
+
+    plan = compose_plan([f"model={entry}", "benchmark=arith", "benchmark.limit=1"])
+    assert plan.model.path.startswith("smcleish/Recurrent-") and plan.model.family in ("retro_llama", "retro_olmo")
+    d, other = (LLAMA, OLMO) if plan.model.family == "retro_llama" else (OLMO, LLAMA)
+    local = ["model.tokenizer=bytes", "model.device=cpu", "model.compile=false"]
+    plan = compose_plan([f"model={entry}", f"model.path={d}", *local, "benchmark=arith", "benchmark.limit=1"])
+    assert prepare(plan.model, plan.benchmark).load().model.config.family == plan.model.family
+    plan = compose_plan([f"model={entry}", f"model.path={other}", *local, "benchmark=arith", "benchmark.limit=1"])
+    with pytest.raises(RecdiffError, match=f"does not fit model family {plan.model.family}"):
+        prepare(plan.model, plan.benchmark)
