@@ -63,6 +63,7 @@ from recdiff.samplers.ar import ARBatch
 from recdiff.samplers.diffusion import DiffusionBatch
 from recdiff.samplers.speculative import SpeculativeBatch
 from recdiff.timing import PairedTiming, Timer, paired_timing
+from recdiff.tools.shapes import SHAPES  # the random-weight shapes --models names
 
 EMBEDDED = Path(__file__).resolve().parents[1] / "assets" / "embedded"
 
@@ -81,29 +82,6 @@ def _shared() -> Path:
 
 
 FIXTURE = _shared() / "fixtures" / "raven_tiny"
-
-SHAPES = {
-    "random-small": dict(n_embd=256, n_heads=8, n_layers_in_prelude=2, n_layers_in_recurrent_block=4, n_layers_in_coda=2,
-                         intermediate_size=704, vocab_size=4096, block_size=1024),
-    "huginn": dict(n_embd=5280, n_heads=55, n_layers_in_prelude=2, n_layers_in_recurrent_block=4, n_layers_in_coda=2,
-                   intermediate_size=17920, vocab_size=65536, block_size=4096),
-    # the retrofitted checkpoints' shapes (smcleish/Recurrent-*: their source models, split prelude/core/coda as the
-    # authors' training scripts load them; trained at 1,024 positions)
-    "tinyllama": dict(family="retro_llama", n_embd=2048, n_heads=32, num_key_value_heads=4, n_layers_in_prelude=4,
-                      n_layers_in_recurrent_block=8, n_layers_in_coda=4, intermediate_size=5632, vocab_size=32000,
-                      block_size=1024, tie_embeddings=False, qk_bias=False, norm_eps=1e-5, rope_theta=10000.0,
-                      max_position_embeddings=2048, init_values={"embed_scale": 1.0}),
-    "llama-3.2": dict(family="retro_llama", n_embd=2048, n_heads=32, num_key_value_heads=8, n_layers_in_prelude=4,
-                      n_layers_in_recurrent_block=6, n_layers_in_coda=4, intermediate_size=8192, vocab_size=128256,
-                      block_size=1024, tie_embeddings=False, qk_bias=False, norm_eps=1e-5, rope_theta=500000.0,
-                      rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
-                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-                      max_position_embeddings=131072, init_values={"embed_scale": 1.0}),
-    "olmo-2": dict(family="retro_olmo", n_embd=2048, n_heads=16, num_key_value_heads=16, head_dim=128,
-                   n_layers_in_prelude=4, n_layers_in_recurrent_block=6, n_layers_in_coda=4, intermediate_size=8192,
-                   vocab_size=100352, block_size=1024, tie_embeddings=False, qk_bias=False, norm_eps=1e-6,
-                   rope_theta=500000.0, max_position_embeddings=4096, init_values={"embed_scale": 1.0}),
-}
 
 # (label, sampler, params); the diffusion rows use the paper's defaults (ε=0.03, β=0, η=0.1, r'=4, wavefront 128)
 SAMPLERS: list[tuple[str, str, dict[str, Any]]] = [
