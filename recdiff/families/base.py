@@ -2,9 +2,9 @@
 
 Every family is a prelude → core (iterated, input injected by a linear adapter on [state, embedding]) → coda model
 with the same module tree (``transformer.wte``, ``prelude``, ``adapter``, ``core_block``, ``coda``, ``ln_f``,
-``lm_head``); what differs is declared here: the block, how RoPE's table is computed and which pairs it rotates,
-whether ``ln_f`` also normalises the final state before the coda, how ``config.json`` is read, and whether its
-token ids are the tokenizer's. Recognition (:func:`recdiff.families.recognise`) needs nothing more: a folder fits a
+``lm_head``); what differs is declared here: the block (its norms, attention and RoPE pairing), how RoPE's angle
+table is computed, whether ``ln_f`` also normalises the final state before the coda, and how ``config.json`` is read
+and written. Recognition (:func:`recdiff.families.recognise`) needs nothing more: a folder fits a
 family when its config reads without complaint and its weight names are exactly those of that family's model.
 """
 
@@ -18,7 +18,8 @@ import torch
 from torch import Tensor, nn
 
 from recdiff.config import RecurrentConfig
-from recdiff.layers import Rope, angle_table, apply_rope, rope_table
+from recdiff.errors import RecdiffError
+from recdiff.layers import angle_table, rope_table
 
 # config.json keys the reference's RavenConfig writes for every family (the Hugging Face glue reads them)
 RAVEN_CONSTANTS: dict[str, Any] = dict(
@@ -45,8 +46,8 @@ class Family:
     name: str
     title: str                                             # one line: the models it covers
     reference: str                                         # the modeling file its parity fixtures came from
-    block: Callable[[RecurrentConfig], nn.Module]          # prelude, core and coda blocks: forward(x, freqs, kv)
-    rope: Rope = apply_rope                                # which pairs RoPE rotates
+    block: Callable[[RecurrentConfig], nn.Module]          # prelude, core, coda blocks: forward(x, freqs, kv)
+    # the angle table RoPE indexes by position: [1, length, 1, head_dim/2, 2] (cos, sin)
     table: Callable[[RecurrentConfig, int], Tensor] = lambda cfg, n: rope_table(cfg.head_dim, n, cfg.rope_base)
     ln_f_on_state: bool = False                            # ln_f on the final state before the coda, too
     read: Callable[[dict[str, Any]], tuple[dict[str, Any], list[str]]] = lambda raw: (dict(raw), [])
@@ -89,8 +90,6 @@ def hf_rope_table(cfg: RecurrentConfig, length: int) -> Tensor:
     if kind == "default":
         inv = 1.0 / (float(cfg.rope_theta) ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
         return angle_table(inv, length)
-    from recdiff.errors import RecdiffError
-
     try:
         from transformers import LlamaConfig
         from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS

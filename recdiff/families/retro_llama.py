@@ -34,7 +34,6 @@ FAMILY = Family(
     title="retrofitted TinyLlama and Llama-3.2: pre-norm blocks, GQA, rotate-half RoPE (llama3 scaling), untied head",
     reference="LoopedLMs/retrofitting-recurrence convert_pretrained_model/raven_modeling_minimal_llama.py",
     block=PreNormBlock,
-    rope=apply_rope_half,
     table=hf_rope_table,
     read=lambda raw: retro.read(raw, head_dim_free=False),
     write=retro.write,

@@ -35,7 +35,6 @@ FAMILY = Family(
     title="retrofitted OLMo-2: post-sublayer norms, QK-norm, rotate-half RoPE, untied head",
     reference="LoopedLMs/retrofitting-recurrence convert_pretrained_model/raven_modeling_minimal_olmo.py",
     block=PostNormBlock,
-    rope=apply_rope_half,
     table=hf_rope_table,
     read=lambda raw: retro.read(raw, head_dim_free=True),
     write=lambda cfg: retro.write(cfg, initial_state_mode="random"),
