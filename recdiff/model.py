@@ -24,8 +24,8 @@ from torch import Tensor, nn
 from recdiff.cache import Call, SlotKV
 from recdiff.config import RecurrentConfig
 from recdiff.families import get_family
-from recdiff.layers import (KV, Attention, GatedMLP, RMSNorm, apply_rope, apply_rope_half,  # noqa: F401 (re-exported)
-                            cached_attention, rms_norm, rope_table, silu_gate)
+from recdiff.layers import RMSNorm
+from recdiff.layers import rope_table as rope_table  # Huginn's table, imported from here before recdiff.layers
 
 
 class RecurrentDepthModel(nn.Module):

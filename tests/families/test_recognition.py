@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from safetensors.torch import load_file, save_file
 
 from recdiff import RecdiffError, load_model, save_pretrained
 from recdiff.families import families, get_family
-from recdiff.load import read_config
+from recdiff.load import read_config, resolve_model_path
 from tests.conftest import RAVEN_TINY, need_fixtures
 from tests.families.conftest import FAMILY, RETRO, spec
 
@@ -51,12 +52,8 @@ def test_the_three_families_are_declared():
 
 
 def test_huginn_folders_are_huginn():
-    for d in (need_fixtures(RAVEN_TINY), need_fixtures(RAVEN_TINY / "perturbed")):
+    for d in (need_fixtures(RAVEN_TINY), need_fixtures(RAVEN_TINY / "perturbed"), Path(resolve_model_path(EMBEDDED))):
         assert read_config(d).family == "huginn"
-    from recdiff.load import resolve_model_path
-    from pathlib import Path
-
-    assert read_config(Path(resolve_model_path(EMBEDDED))).family == "huginn"
 
 
 def test_retro_folders_are_their_family_and_naming_it_agrees(retro_dir):
