@@ -59,8 +59,11 @@ def known_fields() -> set[str]:
 
 
 # ---------------------------------------------------------------------------------------------- Hugging Face RoPE
-# RoPE variants whose table depends on the sequence length seen so far (a table per call): not a fixed table
-_LENGTH_DEPENDENT = ("dynamic", "longrope")
+# The RoPE variants recdiff runs: those checked against the retrofits' reference code (transformers 4.51 there,
+# transformers' own functions here). Others are refused: ``dynamic`` and ``longrope`` change with the sequence length
+# (no fixed table), and transformers' ``yarn`` changed between 4.51 and 5.x (4.51 sets its factor to
+# max_position_embeddings / original_max_position_embeddings), so "transformers' own" is not one thing.
+ROPE_KINDS = ("default", "linear", "llama3")
 
 
 def rope_kind(scaling: dict[str, Any] | None) -> str:
@@ -76,15 +79,15 @@ def rope_misfits(raw: dict[str, Any]) -> list[str]:
     scaling = raw.get("rope_scaling")
     if scaling is not None and not isinstance(scaling, dict):
         out.append(f"rope_scaling={scaling!r} is not a mapping")
-    elif rope_kind(scaling) in _LENGTH_DEPENDENT:
-        out.append(f"rope_scaling type {rope_kind(scaling)} changes with the sequence length (not supported)")
+    elif rope_kind(scaling) not in ROPE_KINDS:
+        out.append(f"rope_scaling type {rope_kind(scaling)} (recdiff runs {', '.join(ROPE_KINDS)})")
     return out
 
 
 def hf_rope_table(cfg: RecurrentConfig, length: int) -> Tensor:
     """Hugging Face's RoPE of ``rope_theta``, ``rope_scaling`` and ``head_dim`` as an angle table: the plain
-    inverse frequencies, or for a scaled variant (``llama3``, ``linear``, ``yarn``, ...) the inverse frequencies and
-    attention factor of transformers' own ``ROPE_INIT_FUNCTIONS``."""
+    inverse frequencies, or for a scaled variant (:data:`ROPE_KINDS`: ``llama3``, ``linear``) the inverse
+    frequencies and attention factor of transformers' own ``ROPE_INIT_FUNCTIONS``."""
     kind = rope_kind(cfg.rope_scaling)
     d = cfg.head_dim
     if kind == "default":

@@ -11,7 +11,8 @@ import pytest
 
 from tests.conftest import REPO
 
-RETRO = Path(os.environ.get("RECDIFF_RETRO_FIXTURES", REPO / "tests" / "fixtures" / "retro_tiny"))
+SHIPPED = REPO / "tests" / "fixtures" / "retro_tiny"  # the folders some tests name
+RETRO = Path(os.environ.get("RECDIFF_RETRO_FIXTURES", SHIPPED))
 RETRO_DIRS = sorted(d for d in RETRO.iterdir() if (d / "generate.json").is_file()) if RETRO.is_dir() else []
 FAMILY = {"llama": "retro_llama", "olmo": "retro_olmo"}  # the fixture spec's family → recdiff's family
 

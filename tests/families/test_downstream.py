@@ -16,9 +16,9 @@ from recdiff import load_model
 from recdiff.tools.bench import main as bench_main
 from recdiff.tools.bench import read_bytes
 from tests.conftest import REPO
-from tests.families.conftest import RETRO
+from tests.families.conftest import SHIPPED
 
-LLAMA, OLMO = RETRO / "llama_gqa2", RETRO / "olmo_mha"
+LLAMA, OLMO = SHIPPED / "llama_gqa2", SHIPPED / "olmo_mha"
 
 
 def test_bench_runs_a_family_folder_and_counts_its_bytes(capsys):

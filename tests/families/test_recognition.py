@@ -17,7 +17,7 @@ from recdiff import RecdiffError, load_model, save_pretrained
 from recdiff.families import families, get_family
 from recdiff.load import read_config, resolve_model_path
 from tests.conftest import RAVEN_TINY, need_fixtures
-from tests.families.conftest import FAMILY, RETRO, spec
+from tests.families.conftest import FAMILY, SHIPPED, spec
 
 EMBEDDED = "recdiff/assets/embedded"
 
@@ -67,7 +67,7 @@ def test_retro_folders_are_their_family_and_naming_it_agrees(retro_dir):
 
 
 def test_a_partly_olmo_folder_names_what_is_missing(tmp_path):
-    d = _copy(RETRO / "olmo_mha", tmp_path)
+    d = _copy(SHIPPED / "olmo_mha", tmp_path)
     _drop_weights(d, "transformer.core_block.1.attn.k_norm.weight")
     with pytest.raises(RecdiffError) as err:
         load_model(d)
@@ -77,7 +77,7 @@ def test_a_partly_olmo_folder_names_what_is_missing(tmp_path):
 
 
 def test_a_retro_config_without_rope_theta_is_one_line(tmp_path):
-    d = _copy(RETRO / "llama_gqa2", tmp_path)
+    d = _copy(SHIPPED / "llama_gqa2", tmp_path)
     _edit_config(d, rope_theta=None)
     with pytest.raises(RecdiffError, match=r"closest, retro_llama: no rope_theta; also tried") as err:
         load_model(d)
@@ -85,12 +85,13 @@ def test_a_retro_config_without_rope_theta_is_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "rope_scaling type dynamic changes with the sequence"),
+    ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, r"rope_scaling type dynamic \(recdiff runs default, "),
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, r"rope_scaling type yarn \(recdiff runs default, linear"),
     ({"head_dim": 8}, "head_dim=8 is not n_embd/n_heads=64/4"),
     ({"initial_state_mode": "skip-adapter"}, "initial_state_mode=skip-adapter"),
 ])
 def test_what_recdiff_cannot_run_is_named(tmp_path, changes, message):
-    d = _copy(RETRO / "llama_gqa2", tmp_path)
+    d = _copy(SHIPPED / "llama_gqa2", tmp_path)
     _edit_config(d, **changes)
     with pytest.raises(RecdiffError, match=message) as err:
         load_model(d, family="retro_llama")
@@ -108,7 +109,7 @@ def test_huginn_weights_under_a_retro_config_fit_nothing(tmp_path):
 
 def test_loading_never_runs_the_folders_python(tmp_path):
     """The folder's auto_map names modules that would leave a mark (and fail) if anything imported them."""
-    d = _copy(RETRO / "llama_gqa2", tmp_path)
+    d = _copy(SHIPPED / "llama_gqa2", tmp_path)
     mark = tmp_path / "imported"
     for name in ("raven_config_minimal.py", "raven_modeling_minimal_llama.py"):
         (d / name).write_text(f"open({str(mark)!r}, 'w').write('x')\nraise SystemExit('imported')\n")
@@ -125,10 +126,10 @@ def test_rope_is_transformers_own_from_rope_theta_not_rope_base():
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-    assert json.loads((RETRO / "llama_gqa2" / "config.json").read_text())["rope_base"] == 500000.0
+    assert json.loads((SHIPPED / "llama_gqa2" / "config.json").read_text())["rope_base"] == 500000.0
     for name in ("llama_gqa2", "llama_gqa3_llama3"):
-        raw = json.loads((RETRO / name / "config.json").read_text())
-        model = load_model(RETRO / name)
+        raw = json.loads((SHIPPED / name / "config.json").read_text())
+        model = load_model(SHIPPED / name)
         hf = LlamaConfig(hidden_size=raw["n_embd"], num_attention_heads=raw["n_heads"], head_dim=raw["head_dim"],
                          num_key_value_heads=raw["num_key_value_heads"], rope_theta=raw["rope_theta"],
                          rope_scaling=raw.get("rope_scaling"), max_position_embeddings=raw["max_position_embeddings"])
@@ -139,8 +140,8 @@ def test_rope_is_transformers_own_from_rope_theta_not_rope_base():
         for ref, i in ((cos[0], 0), (sin[0], 1)):
             assert torch.equal(ref[:, :half], ref[:, half:])  # rotate-half: each frequency twice
             torch.testing.assert_close(ours[..., i], ref[:, :half], atol=1e-6, rtol=0)
-    scaled = load_model(RETRO / "llama_gqa3_llama3").freqs_cis  # without its scaling, low frequencies turn faster
-    raw = json.loads((RETRO / "llama_gqa3_llama3" / "config.json").read_text())
+    scaled = load_model(SHIPPED / "llama_gqa3_llama3").freqs_cis  # without its scaling, low frequencies turn faster
+    raw = json.loads((SHIPPED / "llama_gqa3_llama3" / "config.json").read_text())
     inv = 1.0 / (raw["rope_theta"] ** (torch.arange(0, raw["head_dim"], 2).float() / raw["head_dim"]))
     plain = torch.outer(torch.arange(scaled.shape[1]).float(), inv).sin()
     assert (scaled[0, :, 0, :, 1] - plain).abs().max() > 0.5
@@ -149,7 +150,7 @@ def test_rope_is_transformers_own_from_rope_theta_not_rope_base():
 def test_config_token_ids_of_a_retrofit_are_not_read(tmp_path):
     """The conversions copy Huginn's token ids (65504 … 65509), ordinary tokens of a Llama or OLMo tokenizer: the
     tokenizer's end-of-text ends generation instead."""
-    d = _copy(RETRO / "olmo_mha", tmp_path)
+    d = _copy(SHIPPED / "olmo_mha", tmp_path)
     _edit_config(d, eos_token_id=65505, bos_token_id=65504)
     assert load_model(d).config.eos_token_id is None
     h = _copy(need_fixtures(RAVEN_TINY), tmp_path, "huginn")
