@@ -25,7 +25,8 @@ def d(conv_dir):
     return conv_dir
 
 
-@pytest.mark.parametrize("sampler, params", batching.CONFIGS, ids=[f"{s}-{i}" for i, (s, _) in enumerate(batching.CONFIGS)])
+@pytest.mark.parametrize("sampler, params", batching.CONFIGS,
+                         ids=[f"{s}-{i}" for i, (s, _) in enumerate(batching.CONFIGS)])
 def test_batch_equals_each_prompt_alone(d, load_fixture_model, sampler, params):
     batching.test_batch_equals_each_prompt_alone(d, load_fixture_model, sampler, params)
 
