@@ -1,4 +1,9 @@
-"""Model configuration, read from and written to the official Huginn ``config.json`` field names."""
+"""Model configuration, read from and written to the ``config.json`` field names of the reference implementations.
+
+The fields are Huginn's (``n_embd``, ``n_heads``, ``rope_base``, ...) plus what the retrofitted families add
+(``head_dim``, ``rope_theta``, ``rope_scaling``, ``max_position_embeddings``); ``family`` names the model family
+(:mod:`recdiff.families`), which decides how a ``config.json`` is read and written.
+"""
 
 from __future__ import annotations
 
@@ -44,19 +49,28 @@ class RecurrentConfig:
     init_values: dict[str, float] = field(default_factory=dict)
     # Token ids that end generation (Huginn: <|begin_text|>, <|end_text|>, <|end_turn|>); config.json may set them.
     eos_token_id: int | list[int] | None = None
+    family: str = "huginn"                    # recdiff.families: the block, RoPE and norms; never in config.json
+    head_dim: int | None = None               # None: n_embd // n_heads
+    # Hugging Face RoPE (the retrofitted families; Huginn reads rope_base)
+    rope_theta: float | None = None
+    rope_scaling: dict[str, Any] | None = None
+    max_position_embeddings: int | None = None
 
     def __post_init__(self) -> None:
         if self.num_key_value_heads is None:
             self.num_key_value_heads = self.n_heads
         if self.padded_vocab_size is None:
             self.padded_vocab_size = self.vocab_size
-        if self.n_embd % self.n_heads:
-            raise RecdiffError(f"config: n_embd={self.n_embd} is not divisible by n_heads={self.n_heads}")
+        if self.head_dim is None:
+            if self.n_embd % self.n_heads:
+                raise RecdiffError(f"config: n_embd={self.n_embd} is not divisible by n_heads={self.n_heads}")
+            self.head_dim = self.n_embd // self.n_heads
         if self.n_heads % self.num_key_value_heads:
             raise RecdiffError(
                 f"config: n_heads={self.n_heads} is not a multiple of num_key_value_heads={self.num_key_value_heads}"
             )
-        for name in ("n_embd", "n_heads", "n_layers_in_recurrent_block", "intermediate_size", "vocab_size", "block_size"):
+        for name in ("n_embd", "n_heads", "head_dim", "n_layers_in_recurrent_block", "intermediate_size", "vocab_size",
+                     "block_size"):
             if getattr(self, name) < 1:
                 raise RecdiffError(f"config: {name} must be positive, got {getattr(self, name)}")
         # Huginn's "takase" initialisation constants; config.json stores them, fall back to the formulas.
@@ -69,10 +83,6 @@ class RecurrentConfig:
             "embed_scale": math.sqrt(d),
         }
         self.init_values = {**defaults, **(self.init_values or {})}
-
-    @property
-    def head_dim(self) -> int:
-        return self.n_embd // self.n_heads
 
     @property
     def n_layers(self) -> int:
@@ -99,22 +109,14 @@ class RecurrentConfig:
         return cls(**kwargs)
 
     def to_dict(self) -> dict[str, Any]:
-        """The official layout: our fields plus the constants the reference's RavenConfig expects."""
+        """The official layout: our fields (those set) plus the keys the family's reference config expects."""
+        from recdiff.families import get_family
+
         d = dataclasses.asdict(self)
-        if d["eos_token_id"] is None:
-            del d["eos_token_id"]
-        d.update(
-            model_type="huginn_raven",
-            architectures=["RavenForCausalLM"],
-            n_layers=self.n_layers,
-            head_dim=self.head_dim,
-            effective_expected_depth=self.effective_expected_depth,
-            block_class_name="SandwichBlock",
-            norm_class_name="RMSNorm_llama",
-            mlp_class_name="GatedMLP",
-            nonlin_name="SiLU",
-            injection_type="linear",
-            state_init="like-init",
-            sampling_scheme="poisson-lognormal-filling",
-        )
+        del d["family"]
+        for k in ("eos_token_id", "rope_theta", "rope_scaling", "max_position_embeddings"):
+            if d[k] is None:
+                del d[k]
+        d.update(n_layers=self.n_layers, effective_expected_depth=self.effective_expected_depth)
+        d.update(get_family(self.family).write(self))
         return d

@@ -1,8 +1,10 @@
-"""Load and save checkpoints in the official Hugging Face layout of Huginn-0125.
+"""Load and save checkpoints in the Hugging Face layout their reference implementations write.
 
 A folder (or hub repository) with ``config.json`` and ``*.safetensors`` holding the official parameter names
 (``transformer.wte.weight``, ``transformer.prelude.0.attn.Wqkv.weight``, …; ``lm_head.weight`` absent when tied),
-optionally with ``tokenizer.json``.
+optionally with ``tokenizer.json``. Which model family it is (Huginn, retrofitted Llama, retrofitted OLMo-2) is
+recognised from the config and the weight names (:func:`recdiff.families.recognise`). The Python files such a folder
+may carry (``auto_map`` in its config) are never imported: recdiff's own code is the model.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from safetensors.torch import load_file, save_file
 
 from recdiff.config import RecurrentConfig
 from recdiff.errors import RecdiffError
-from recdiff.model import RecurrentDepthModel, rope_table
+from recdiff.families import recognise
+from recdiff.model import RecurrentDepthModel
 
 HUGINN_HUB_ID = "tomg-group-umd/huginn-0125"
 _HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
@@ -90,15 +93,37 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def read_config(folder: Path) -> RecurrentConfig:
+def read_raw_config(folder: Path) -> dict[str, Any]:
+    """``config.json`` as read, a mapping, or one line saying why not."""
     f = folder / "config.json"
     if not f.is_file():
-        raise RecdiffError(f"{folder} has no config.json; is it a Huginn-layout checkpoint folder?")
+        raise RecdiffError(f"{folder} has no config.json; is it a checkpoint folder in the Hugging Face layout?")
     try:
         raw = json.loads(f.read_text())
     except json.JSONDecodeError as err:
         raise RecdiffError(f"{f} is not valid JSON ({err.msg} at line {err.lineno})") from None
-    return RecurrentConfig.from_dict(raw, source=str(f))
+    if not isinstance(raw, dict):
+        raise RecdiffError(f"{f} holds a {type(raw).__name__}, not a mapping of settings")
+    return raw
+
+
+def weight_names(folder: Path) -> set[str]:
+    """The tensor names of the checkpoint's weight files, read from their headers (no tensor is loaded)."""
+    names: set[str] = set()
+    for f in weight_files(folder):
+        try:
+            with safe_open(f, "pt") as h:
+                names.update(h.keys())
+        except Exception as err:  # SafetensorError, OSError
+            raise _unreadable(f, err) from None
+    return names
+
+
+def read_config(folder: Path, family: str | None = None) -> RecurrentConfig:
+    """The checkpoint's config in the model family it fits (or ``family``), from ``config.json`` and the weight
+    names."""
+    raw = read_raw_config(folder)
+    return recognise(raw, weight_names(folder), str(folder), family)
 
 
 def weight_files(folder: Path) -> list[Path]:
@@ -146,9 +171,11 @@ def _read_tensors(folder: Path, device: torch.device) -> dict[str, torch.Tensor]
 
 
 def load_model(path_or_hub_id: str | os.PathLike, device: str | torch.device = "cpu",
-               dtype: str | torch.dtype | None = None, compile: bool = False) -> RecurrentDepthModel:
-    """Load a Huginn-layout checkpoint (folder or hub id) → eval-mode model, with ``.tokenizer`` when present.
+               dtype: str | torch.dtype | None = None, compile: bool = False,
+               family: str | None = None) -> RecurrentDepthModel:
+    """Load a checkpoint (folder or hub id) of any model family → eval-mode model, with ``.tokenizer`` when present.
 
+    ``family`` names the model family (:mod:`recdiff.families`) instead of recognising it; the folder must fit it.
     ``compile=True`` makes the engine compile its steps (CPU: ``torch.compile`` of P, R and C; CUDA: CUDA graphs of
     whole sampler steps, each layer's elementwise work fused); see :mod:`recdiff.engine.runner`."""
     folder = resolve_checkpoint(path_or_hub_id)
@@ -160,7 +187,7 @@ def load_model(path_or_hub_id: str | os.PathLike, device: str | torch.device = "
         from recdiff.engine.program import internals
 
         internals()  # a torch too old for the CPU compile path: one line, before the weights load
-    cfg = read_config(folder)
+    cfg = read_config(folder, family)  # the names fit the family's model (recognise), or one line says what does not
     tensors = _read_tensors(folder, device)
     with torch.device("meta"):
         model = RecurrentDepthModel(cfg)
@@ -169,19 +196,13 @@ def load_model(path_or_hub_id: str | os.PathLike, device: str | torch.device = "
         expected.pop("lm_head.weight")
         tensors.pop("lm_head.weight", None)
     tensors.pop("freqs_cis", None)  # the RoPE table is recomputed from the config
-    missing = sorted(set(expected) - set(tensors))
-    unexpected = sorted(set(tensors) - set(expected))
-    if missing or unexpected:
-        what = (f"missing {', '.join(missing[:4])}" if missing else "") + ("; " if missing and unexpected else "")
-        what += f"unexpected {', '.join(unexpected[:4])}" if unexpected else ""
-        raise RecdiffError(f"{folder}: weights do not match config.json ({what})")
     for k, shape in expected.items():
         if tensors[k].shape != shape:
             raise RecdiffError(f"{folder}: tensor {k} has shape {tuple(tensors[k].shape)}, config.json implies {tuple(shape)}")
     model.load_state_dict({k: v.to(dt) for k, v in tensors.items()}, strict=False, assign=True)
     if cfg.tie_embeddings:
         model.lm_head.weight = model.transformer.wte.weight
-    model.freqs_cis = rope_table(cfg.head_dim, cfg.block_size, cfg.rope_base).to(device)
+    model.freqs_cis = model.rope_table(cfg.block_size, device)
     model.eval().requires_grad_(False)
     model.tokenizer = load_tokenizer(folder)
     model.source = str(path_or_hub_id)  # type: ignore[attr-defined]

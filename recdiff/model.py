@@ -1,8 +1,12 @@
-"""The Huginn recurrent-depth architecture: prelude P, core block R with input injection, coda C.
+"""The recurrent-depth architecture: prelude P, core block R with input injection, coda C.
 
     e = P(x)                      embedding × embed_scale, then the prelude blocks
     s_i = R(e, s_{i-1})           adapter([s, e]) then the core blocks, i = 1 … r
-    p = C(s_r)                    ln_f, coda blocks, ln_f, tied head
+    p = C(s_r)                    (ln_f,) coda blocks, ln_f, head
+
+The blocks, RoPE and whether ``ln_f`` also normalises the final state are the model family's
+(:mod:`recdiff.families`, ``config.family``): Huginn, retrofitted Llama, retrofitted OLMo-2. The layers they are built
+from are :mod:`recdiff.layers`.
 
 No sampling logic lives here: the engine (:mod:`recdiff.engine`) drives ``embed`` / ``core_step`` / ``decode`` for a
 batch of sequences against a :class:`~recdiff.cache.SlotKV` cache, describing each call's rows and positions with a
@@ -15,159 +19,46 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from recdiff import fused
 from recdiff.cache import Call, SlotKV
 from recdiff.config import RecurrentConfig
-
-KV = tuple[SlotKV, Call, int, "int | Tensor"]  # cache, call, layer slot, recurrence step (per_step planes)
-
-
-def rms_norm(x: Tensor, weight: Tensor, eps: float, residual: Tensor | None = None) -> Tensor:
-    """``x`` (plus ``residual``) normalised in float32 whatever the weights' dtype, times ``weight``."""
-    if residual is not None:
-        x = x + residual
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).type_as(x) * weight
-
-
-def silu_gate(a: Tensor, b: Tensor) -> Tensor:
-    return F.silu(a) * b
-
-
-class RMSNorm(nn.Module):
-    fused = False  # each call one kernel (recdiff/fused.py); set by RecurrentDepthModel.set_fused
-
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: Tensor, residual: Tensor | None = None) -> Tensor:
-        """norm(x + residual): the add is the norm's first operation (one kernel with it when fused)."""
-        return (fused.compiled(rms_norm) if self.fused else rms_norm)(x, self.weight, self.eps, residual)
-
-
-def rope_table(head_dim: int, length: int, base: float) -> Tensor:
-    """``[1, length, 1, head_dim/2, 2]``: cos and sin of pos / base^(2i/head_dim)."""
-    inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
-    ang = torch.outer(torch.arange(length, dtype=torch.float32), inv)
-    return torch.stack([ang.cos()[None, :, None, :], ang.sin()[None, :, None, :]], dim=4)
-
-
-def apply_rope(q: Tensor, k: Tensor, freqs: Tensor, bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """Rotate adjacent pairs (2i, 2i+1) of every head; q, k: ``(B, T, H, D)``, computed in float32; ``bias``
-    (``(2, 1, H, D)``, Huginn's qk_bias) is added to q and k first."""
-    if bias is not None:
-        q, k = q + bias[0], k + bias[1]
-    qk = torch.cat([q, k], dim=2).unflatten(-1, (-1, 2)).float()  # (B, T, Hq+Hk, D/2, 2)
-    cos, sin = freqs[..., 0], freqs[..., 1]
-    out = torch.stack([qk[..., 0] * cos - qk[..., 1] * sin, qk[..., 1] * cos + qk[..., 0] * sin], -1).flatten(3)
-    return torch.split(out.type_as(q), q.shape[2], dim=2)  # type: ignore[return-value]
-
-
-# PyTorch's fused CPU attention kernel, the op scaled_dot_product_attention calls for a float mask on a CPU (a private
-# aten op: where a torch has none, scaled_dot_product_attention itself is called with the same float mask)
-_CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-
-
-def cached_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, gqa: bool) -> Tensor:
-    """Attention of ``q`` ``(B, H, T, D)`` over a cache's keys under a boolean mask ``(B, 1, T, S)``.
-
-    Eagerly on a CPU this calls PyTorch's fused CPU kernel exactly as ``scaled_dot_product_attention`` does (with
-    the mask as an additive float mask), as the aten op itself. Compiled CPU code computes it as two batched
-    products around a softmax that inductor fuses with the mask, in float32 as the kernel does: the kernel's fixed
-    cost per call outweighs a one-position step's attention (docs/speed.md)."""
-    if q.device.type == "cpu" and not gqa and torch.compiler.is_compiling():
-        s = (q.float() @ k.float().transpose(-1, -2)) * q.shape[-1] ** -0.5
-        return (torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1) @ v.float()).to(q.dtype)
-    if q.device.type == "cpu" and not gqa:
-        bias = torch.zeros((), dtype=q.dtype, device=q.device).masked_fill(~mask, float("-inf"))
-        if _CPU_FLASH is None:
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
-        return _CPU_FLASH(q, k, v, attn_mask=bias)[0]
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
-
-
-class Attention(nn.Module):
-    fused = False  # q/k bias and RoPE in one kernel
-
-    def __init__(self, cfg: RecurrentConfig) -> None:
-        super().__init__()
-        self.n_head, self.n_kv, self.hd = cfg.n_heads, cfg.num_key_value_heads, cfg.head_dim
-        self.chunks = [cfg.n_embd, self.n_kv * self.hd, self.n_kv * self.hd]
-        self.Wqkv = nn.Linear(cfg.n_embd, sum(self.chunks), bias=False)
-        self.qk_bias = nn.Parameter(torch.zeros(2, 1, self.n_head, self.hd)) if cfg.qk_bias else None
-        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
-
-    def forward(self, x: Tensor, freqs: Tensor, kv: KV | None) -> Tensor:
-        B, T, E = x.shape
-        q, k, v = self.Wqkv(x).split(self.chunks, dim=2)
-        q = q.view(B, T, self.n_head, self.hd)
-        k = k.view(B, T, self.n_kv, self.hd)
-        v = v.view(B, T, self.n_kv, self.hd)
-        q, k = (fused.compiled(apply_rope) if self.fused else apply_rope)(q, k, freqs, self.qk_bias)
-        if kv is None:  # no cache: plain causal attention over the call's own positions
-            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, enable_gqa=self.n_kv != self.n_head)
-        else:
-            cache, call, slot, step = kv
-            keys, values = cache.update(slot, call, k, v, step)  # (B, H, S, D)
-            y = cached_attention(q.transpose(1, 2), keys, values, call.mask, self.n_kv != self.n_head)
-        return self.proj(y.transpose(1, 2).reshape(B, T, E))
-
-
-class GatedMLP(nn.Module):
-    fused = False  # the SiLU gate in one kernel
-
-    def __init__(self, cfg: RecurrentConfig) -> None:
-        super().__init__()
-        self.fc = nn.Linear(cfg.n_embd, 2 * cfg.intermediate_size, bias=False)
-        self.proj = nn.Linear(cfg.intermediate_size, cfg.n_embd, bias=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        a, b = self.fc(x).chunk(2, dim=-1)
-        return self.proj((fused.compiled(silu_gate) if self.fused else silu_gate)(a, b))
-
-
-class SandwichBlock(nn.Module):
-    def __init__(self, cfg: RecurrentConfig) -> None:
-        super().__init__()
-        self.norm_1 = RMSNorm(cfg.n_embd, cfg.norm_eps)
-        self.attn = Attention(cfg)
-        self.norm_2 = RMSNorm(cfg.n_embd, cfg.norm_eps)
-        self.mlp = GatedMLP(cfg)
-        self.norm_3 = RMSNorm(cfg.n_embd, cfg.norm_eps)
-        self.norm_4 = RMSNorm(cfg.n_embd, cfg.norm_eps)
-
-    def forward(self, x: Tensor, freqs: Tensor, kv: KV | None) -> Tensor:
-        x = self.norm_2(self.attn(self.norm_1(x), freqs, kv), x)
-        return self.norm_4(self.mlp(self.norm_3(x)), x)
+from recdiff.families import get_family
+from recdiff.layers import RMSNorm
+from recdiff.layers import rope_table as rope_table  # Huginn's table, imported from here before recdiff.layers
 
 
 class RecurrentDepthModel(nn.Module):
-    def __init__(self, config: RecurrentConfig) -> None:
+    def __init__(self, config: RecurrentConfig, rope: bool = True) -> None:
+        """``rope=False``: no RoPE table (the module tree alone, as recognition compares weight names)."""
         super().__init__()
         self.config = config
         c = config
+        family = get_family(c.family)
+        Block = family.block
         self.transformer = nn.ModuleDict(
             dict(
                 wte=nn.Embedding(c.padded_vocab_size, c.n_embd),
-                prelude=nn.ModuleList(SandwichBlock(c) for _ in range(c.n_layers_in_prelude)),
+                prelude=nn.ModuleList(Block(c) for _ in range(c.n_layers_in_prelude)),
                 adapter=nn.Linear(2 * c.n_embd, c.n_embd, bias=c.bias),
-                core_block=nn.ModuleList(SandwichBlock(c) for _ in range(c.n_layers_in_recurrent_block)),
-                coda=nn.ModuleList(SandwichBlock(c) for _ in range(c.n_layers_in_coda)),
-                ln_f=RMSNorm(c.n_embd, c.norm_eps),  # applied to the final state and again after the coda
+                core_block=nn.ModuleList(Block(c) for _ in range(c.n_layers_in_recurrent_block)),
+                coda=nn.ModuleList(Block(c) for _ in range(c.n_layers_in_coda)),
+                ln_f=RMSNorm(c.n_embd, c.norm_eps),  # after the coda (Huginn: on the final state too)
             )
         )
         self.lm_head = nn.Linear(c.n_embd, c.padded_vocab_size, bias=False)
         if c.tie_embeddings:
             self.lm_head.weight = self.transformer.wte.weight
-        self.register_buffer("freqs_cis", rope_table(c.head_dim, c.block_size, c.rope_base), persistent=False)
+        self.ln_f_on_state = family.ln_f_on_state
+        table = family.table(c, c.block_size) if rope else torch.zeros(1, 0, 1, c.head_dim // 2, 2)
+        self.register_buffer("freqs_cis", table, persistent=False)
         self.tokenizer = None  # set by recdiff.load_model when the checkpoint folder has one
         self.engine_options: dict = {}  # set by recdiff.load_model(compile=...): how the engine runs this model
+
+    def rope_table(self, length: int, device: torch.device | str | None = None) -> Tensor:
+        """The family's RoPE table for positions 0 … length − 1 (``[1, length, 1, head_dim/2, 2]``: cos, sin), on
+        ``device`` (default: the model's)."""
+        return get_family(self.config.family).table(self.config, length).to(device or self.device)
 
     def set_fused(self, on: bool) -> None:
         """Each layer's norms, RoPE and SiLU gate as one compiled kernel apiece (:mod:`recdiff.fused`), or plain."""
@@ -253,19 +144,20 @@ class RecurrentDepthModel(nn.Module):
     def decode(self, state: Tensor, call: Call | None = None, cache: SlotKV | None = None) -> Tensor:
         """C: raw states → float32 logits ``(B, T, V)``."""
         freqs = self._freqs(state.shape[1], call)
-        x = self.transformer.ln_f(state)
+        x = self.transformer.ln_f(state) if self.ln_f_on_state else state
         for i, block in enumerate(self.transformer.coda):
             x = block(x, freqs, None if call is None else (cache, call, cache.coda_slot(i), 0))
         return self.lm_head(self.transformer.ln_f(x)).float()
 
     # ---------------------------------------------------------------------------------------------- full passes
     def forward(self, ids: Tensor, r: int, init_scale: float = 0.0, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
-        """No-cache forward at r recurrences → (logits, ln_f(final state)), as the reference's ``forward``."""
+        """No-cache forward at r recurrences → (logits, the state the coda reads: ln_f(final state) for Huginn, the
+        final state itself for the retrofitted families), as the reference's ``forward`` returns ``latent_states``."""
         e = self.embed(ids)
         s = self.initial_state(e, init_scale, generator)
         for i in range(r):
             s = self.core_step(s, e, step=i)
-        return self.decode(s), self.transformer.ln_f(s)
+        return self.decode(s), self.transformer.ln_f(s) if self.ln_f_on_state else s
 
     def forward_train(self, ids: Tensor, r_no_grad: int, r_grad: int, init_scale: float = 1.0) -> Tensor:
         """Training pass with truncated backpropagation: gradients flow through the last ``r_grad`` recurrences."""

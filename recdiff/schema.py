@@ -73,6 +73,13 @@ class ModelConfig:
     dtype: Optional[str] = None       # null = the checkpoint's dtype; float32 | bfloat16 | float16
     tokenizer: Tokenizer = Tokenizer.checkpoint
     compile: bool = False             # compiled decoding (CPU: torch.compile; CUDA: CUDA graphs of whole steps)
+    family: Optional[str] = None      # model family (recdiff.families); null = recognised from the checkpoint
+
+    def __post_init__(self) -> None:
+        if self.family is not None:
+            from recdiff.families import get_family
+
+            get_family(self.family)  # an unknown name is one line naming the families
 
 
 # ----------------------------------------------------------------------------------------------- study

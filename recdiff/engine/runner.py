@@ -35,7 +35,7 @@ from recdiff.engine.graphs import Graphs
 from recdiff.engine.pieces import (core_piece, decode_piece, embed_piece, exit_piece, own_calls,
                                    window_piece)
 from recdiff.engine.program import Programs, internals
-from recdiff.model import RecurrentDepthModel, rope_table
+from recdiff.model import RecurrentDepthModel
 
 
 def set_compile(model: RecurrentDepthModel, compile: bool) -> None:
@@ -79,8 +79,7 @@ class Runner:
         self.cache = SlotKV(model.config, slots, length, policy, max_steps, device=p.device, dtype=p.dtype)
         cfg = model.config
         # positions past the block only ever hold padding rows (a wavefront padded to its width); give them angles
-        self.freqs = (model.freqs_cis if length <= cfg.block_size
-                      else rope_table(cfg.head_dim, length, cfg.rope_base).to(p.device))
+        self.freqs = model.freqs_cis if length <= cfg.block_size else model.rope_table(length, p.device)
         compile = bool(model.engine_options.get("compile"))
         self.compiled = compile and p.device.type == "cpu"  # pieces as Programs (recdiff/engine/program.py)
         if self.compiled:

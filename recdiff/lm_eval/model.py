@@ -62,7 +62,8 @@ def _merged(model_args: dict[str, Any], cli: dict[str, Any] | None) -> dict[str,
 class RecdiffLM(TemplateLM):
     def __init__(self, pretrained: str = "recdiff/assets/embedded", sampler: str = "static", device: str = "auto",
                  dtype: str | None = None, batch_size: int | str | None = None, max_batch_size: int | None = None,
-                 compile: bool = False, seed: int = 0, stats_file: str | None = None, **params: Any) -> None:
+                 compile: bool = False, seed: int = 0, stats_file: str | None = None, family: str | None = None,
+                 **params: Any) -> None:
         super().__init__()
         import recdiff
         from recdiff.samplers import check_params
@@ -80,7 +81,8 @@ class RecdiffLM(TemplateLM):
         self.batch_size = _batch_size(batch_size)
         self._device = torch.device(resolve_device(str(device)))
         self.model = recdiff.load_model(resolve_model_path(str(pretrained)), device=self._device, dtype=dtype,
-                                        compile=_flag(compile, "lm-eval model_args: compile"))
+                                        compile=_flag(compile, "lm-eval model_args: compile"),
+                                        family=None if family is None else str(family))
         self.tokenizer = self.model.tokenizer
         if self.tokenizer is None:
             raise RecdiffError(f"lm-eval model_args: {pretrained} has no tokenizer.json; lm-eval feeds text")

@@ -47,6 +47,9 @@ VOLATILE_KEYS = ("study", "worker", "run.progress", "run.repeats", "run.referenc
 # Keys hashed at these values though the config no longer has them, so that trials recorded before they left still
 # match their configuration: run.inject_fault, a test hook that left the schema (tests/sweep/faults.py).
 HASHED_AS_BEFORE = {"run": {"inject_fault": None}}
+# Keys hashed only when set: added after trials were recorded, they are left out at their default so that those trials
+# keep their hash. model.family: a checkpoint's family is recognised unless named.
+HASHED_WHEN_SET = {"model": {"family": None}}
 
 
 def config_hash(plan: Config) -> str:
@@ -54,6 +57,10 @@ def config_hash(plan: Config) -> str:
     d = plan.as_dict()
     for node, keys in HASHED_AS_BEFORE.items():
         d[node] = {**keys, **d[node]}
+    for node, keys in HASHED_WHEN_SET.items():
+        for k, default in keys.items():
+            if d.get(node, {}).get(k, default) == default:
+                d.get(node, {}).pop(k, None)
     for k in VOLATILE_KEYS:
         node, *rest = k.split(".")
         if rest:
@@ -80,6 +87,8 @@ def identity_from_config(config: Mapping[str, Any], weights: str | None = None, 
         model["tokenizer"] = m["tokenizer"]
     if m.get("compile"):  # compiled decoding runs at another speed: its trials are not eager ones
         model["compile"] = True
+    if m.get("family"):  # named, not recognised: the weights are run as that family's model
+        model["family"] = m["family"]
     run = {k: v for k, v in (config.get("run") or {}).items() if k in RUN_KEYS}
     run.update(timing_identity(config.get("run") or {}))
     return {"benchmark": bench, "model": model, "run": run}

@@ -63,6 +63,7 @@ from recdiff.samplers.speculative import SpeculativeBatch
 from recdiff.timing import PairedTiming, Timer, paired_timing
 from recdiff.tools.bounds import (FLOOR_ROWS, ReadBytes, copy_bandwidth, model_calls, product_floor, read_bytes,
                                   result_bytes)
+from recdiff.tools.shapes import SHAPES  # the random-weight shapes --models names
 
 EMBEDDED = Path(__file__).resolve().parents[1] / "assets" / "embedded"
 
@@ -81,13 +82,6 @@ def _shared() -> Path:
 
 
 FIXTURE = _shared() / "fixtures" / "raven_tiny"
-
-SHAPES = {
-    "random-small": dict(n_embd=256, n_heads=8, n_layers_in_prelude=2, n_layers_in_recurrent_block=4, n_layers_in_coda=2,
-                         intermediate_size=704, vocab_size=4096, block_size=1024),
-    "huginn": dict(n_embd=5280, n_heads=55, n_layers_in_prelude=2, n_layers_in_recurrent_block=4, n_layers_in_coda=2,
-                   intermediate_size=17920, vocab_size=65536, block_size=4096),
-}
 
 # (label, sampler, params); the diffusion rows use the paper's defaults (ε=0.03, β=0, η=0.1, r'=4, wavefront 128)
 SAMPLERS: list[tuple[str, str, dict[str, Any]]] = [
@@ -251,7 +245,9 @@ def bench_prompts(model: RecurrentDepthModel, n: int, length: int) -> list[list[
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m recdiff.bench", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default="fixture,random-small", help="comma list: fixture, embedded, random-small, huginn, or a folder")
+    ap.add_argument("--models", default="fixture,random-small",
+                    help="comma list: fixture, embedded, a shape of random weights (" + ", ".join(SHAPES) + "), or a "
+                         "checkpoint folder of any model family")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default=None, choices=[None, "float32", "bfloat16"])
     ap.add_argument("--prompts", type=int, default=5, help="prompts timed one at a time (batch-1 modes)")

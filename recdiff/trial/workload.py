@@ -18,8 +18,8 @@ from recdiff.errors import RecdiffError
 if TYPE_CHECKING:
     from recdiff.schema import ModelConfig
 
-# (resolved path, device, dtype) → model; one load per process, reused by every job it runs.
-_MODELS: dict[tuple[str, str, str | None], Any] = {}
+# (resolved path, device, dtype, family) → model; one load per process, reused by every job it runs.
+_MODELS: dict[tuple[str, str, str | None, str | None], Any] = {}
 
 
 @dataclass
@@ -47,16 +47,17 @@ class Prepared:
         if threads:
             torch.set_num_threads(threads)
         m = self.model_cfg
-        model = load_model_cached(str(self.folder), self.device, m.dtype, m.compile)
+        model = load_model_cached(str(self.folder), self.device, m.dtype, m.compile, m.family)
         return Workload(model=model, device=self.device, benchmark=self.benchmark, problems=self.problems,
                         threads=threads)
 
 
 def prepare(model: ModelConfig, benchmark: dict[str, Any]) -> Prepared:
-    """Benchmark slice first (cheap, validates options), then the checkpoint folder, its weight files' headers and its
-    tokenizer, the benchmark's own check of the checkpoint, the device and the dtype."""
+    """Benchmark slice first (cheap, validates options), then the checkpoint folder, its weight files' headers, the
+    model family it fits (``model.family``, or recognised), its tokenizer, the benchmark's own check of the
+    checkpoint, the device and the dtype."""
     from recdiff.benchmarks import get_benchmark
-    from recdiff.load import check_weight_files, resolve_device, resolve_dtype, resolve_model_path
+    from recdiff.load import check_weight_files, read_config, resolve_device, resolve_dtype, resolve_model_path
 
     options = dict(benchmark)
     name = options.pop("name")
@@ -66,6 +67,7 @@ def prepare(model: ModelConfig, benchmark: dict[str, Any]) -> Prepared:
         raise RecdiffError(f"benchmark {name} has no problems in this slice (benchmark.limit/offset)")
     folder = checkpoint_folder(resolve_model_path(model.path))
     check_weight_files(folder)
+    read_config(folder, model.family)
     check_tokenizer(folder, model.tokenizer.value, name)
     bench.check_model(folder)
     device = resolve_device(model.device)
@@ -73,12 +75,13 @@ def prepare(model: ModelConfig, benchmark: dict[str, Any]) -> Prepared:
     return Prepared(model, bench, problems, folder, device, dtype)
 
 
-def load_model_cached(path: str, device: str, dtype: str | None, compile: bool = False) -> Any:
-    key = (path, device, dtype)
+def load_model_cached(path: str, device: str, dtype: str | None, compile: bool = False,
+                      family: str | None = None) -> Any:
+    key = (path, device, dtype, family)
     if key not in _MODELS:
         import recdiff
 
-        _MODELS[key] = recdiff.load_model(path, device=device, dtype=dtype)
+        _MODELS[key] = recdiff.load_model(path, device=device, dtype=dtype, family=family)
     from recdiff.engine.runner import set_compile
 
     set_compile(_MODELS[key], compile)  # one model per process; compiled graphs are kept on it across trials

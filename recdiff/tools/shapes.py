@@ -1,0 +1,29 @@
+"""Model shapes for random-weight runs (``python -m recdiff.bench --models NAME``, tests/gpu): keyword arguments of
+:class:`recdiff.config.RecurrentConfig`, the family included."""
+
+from __future__ import annotations
+
+from typing import Any
+
+SHAPES: dict[str, dict[str, Any]] = {
+    "random-small": dict(n_embd=256, n_heads=8, n_layers_in_prelude=2, n_layers_in_recurrent_block=4, n_layers_in_coda=2,
+                         intermediate_size=704, vocab_size=4096, block_size=1024),
+    "huginn": dict(n_embd=5280, n_heads=55, n_layers_in_prelude=2, n_layers_in_recurrent_block=4, n_layers_in_coda=2,
+                   intermediate_size=17920, vocab_size=65536, block_size=4096),
+    # the retrofitted checkpoints' shapes (smcleish/Recurrent-*: their source models, split prelude/core/coda as the
+    # authors' training scripts load them; trained at 1,024 positions)
+    "tinyllama": dict(family="retro_llama", n_embd=2048, n_heads=32, num_key_value_heads=4, n_layers_in_prelude=4,
+                      n_layers_in_recurrent_block=8, n_layers_in_coda=4, intermediate_size=5632, vocab_size=32000,
+                      block_size=1024, tie_embeddings=False, qk_bias=False, norm_eps=1e-5, rope_theta=10000.0,
+                      max_position_embeddings=2048, init_values={"embed_scale": 1.0}),
+    "llama-3.2": dict(family="retro_llama", n_embd=2048, n_heads=32, num_key_value_heads=8, n_layers_in_prelude=4,
+                      n_layers_in_recurrent_block=6, n_layers_in_coda=4, intermediate_size=8192, vocab_size=128256,
+                      block_size=1024, tie_embeddings=False, qk_bias=False, norm_eps=1e-5, rope_theta=500000.0,
+                      rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+                      max_position_embeddings=131072, init_values={"embed_scale": 1.0}),
+    "olmo-2": dict(family="retro_olmo", n_embd=2048, n_heads=16, num_key_value_heads=16, head_dim=128,
+                   n_layers_in_prelude=4, n_layers_in_recurrent_block=6, n_layers_in_coda=4, intermediate_size=8192,
+                   vocab_size=100352, block_size=1024, tie_embeddings=False, qk_bias=False, norm_eps=1e-6,
+                   rope_theta=500000.0, max_position_embeddings=4096, init_values={"embed_scale": 1.0}),
+}
