@@ -91,6 +91,8 @@ SAMPLERS: list[tuple[str, str, dict[str, Any]]] = [
     ("speculative 4×4", "speculative", {"r": 32, "r_draft": 4, "lookahead": 4}),
     ("diffusion defaults", "diffusion", {"r": 32, "r_inner": 4, "epsilon": 0.03, "beta": 0.0, "eta": 0.1, "wavefront": 128}),
     ("diffusion fixed r'=4", "diffusion", {"r": 32, "r_inner": 4, "freeze": "fixed", "eta": 0.1, "wavefront": 128}),
+    # the defaults with a narrower wavefront: at batch B a step iterates up to B·W positions
+    ("diffusion defaults W=32", "diffusion", {"r": 32, "r_inner": 4, "epsilon": 0.03, "beta": 0.0, "eta": 0.1, "wavefront": 32}),
 ]
 MODES = ("batch-1 eager", "batch-1 compiled", "batch-B eager", "batch-B compiled")
 CPU_MODES = ("batch-1 eager", "batch-1 compiled", "batch-B compiled")  # the default modes on a CPU

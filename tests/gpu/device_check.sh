@@ -38,6 +38,9 @@ fi
 # the benchmark first: its figures come back even where a test step runs to its limit
 step bench && run bench ${BENCH_S:-150} python3 -m recdiff.bench --models huginn --device cuda --prompts 3 --max-new-tokens 32 \
   --samplers "$BENCH_SAMPLERS"
+# the retrofitted families at their real shapes (random bf16 weights): the static and diffusion rows
+step bench-families && run bench-families ${BENCH_FAMILIES_S:-90} python3 -m recdiff.bench --models tinyllama,llama-3.2,olmo-2 \
+  --device cuda --prompts 3 --max-new-tokens 32 --samplers "static r=32,diffusion fixed r'=4,diffusion defaults"
 # the same two bound rows with each layer's elementwise work unfused (recdiff/fused.py off): the fusion's effect
 step bench-plain && RECDIFF_FUSE=0 run bench-plain ${BENCH_PLAIN_S:-90} python3 -m recdiff.bench --models huginn \
   --device cuda --prompts 3 --max-new-tokens 32 --samplers "static r=32,diffusion fixed r'=4"
