@@ -8,6 +8,7 @@ fixed tensors that the next call overwrites), so a caller that keeps an output t
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import torch
@@ -18,9 +19,10 @@ class Graphs:
     """The graphs of one runner, one per name and input shapes (:meth:`run`). ``wrap`` is applied to a step
     function once, before it is captured."""
 
-    def __init__(self, emulate: bool, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    def __init__(self, emulate: bool, wrap: Callable[[Callable[..., Any]], Callable[..., Any]],
+                 keeps: Callable[[Tensor], bool] = lambda t: False) -> None:
         self.cls = EmulatedGraph if emulate else Graphed
-        self.wrap = wrap
+        self.wrap, self.keeps = wrap, keeps
         self.captured: dict[tuple, Graphed | EmulatedGraph] = {}
 
     def run(self, name: str, fn: Callable[..., Any], inputs: tuple[Tensor, ...], fixed: int = 0) -> Any:
@@ -30,6 +32,7 @@ class Graphs:
         key = (name, *(tuple(t.shape) for t in inputs))
         g = self.captured.get(key)
         if g is None:
+            check_held(fn, self.keeps, name)
             g = self.captured[key] = self.cls(self.wrap(fn), inputs, fixed)
         return g(*inputs)
 
@@ -78,6 +81,20 @@ class EmulatedGraph:
         else:
             tree_map(lambda o, t: o.copy_(t), self.outputs, out)
         return self.outputs
+
+
+def check_held(fn: Callable[..., Any], keeps: Callable[[Tensor], bool], name: str) -> None:
+    """A graph outlives the call that captured it, and a CUDA graph reads the memory of every tensor its function
+    holds (a ``functools.partial``'s arguments, a closure's cells) where it was at the capture: each must live as
+    long as the graph (``keeps``), or a later replay reads freed memory. Checked at every capture, emulated too
+    (an emulated graph keeps its function, and so the tensors, alive: without this a CPU would not see it)."""
+    held: list[Any] = []
+    while isinstance(fn, functools.partial):
+        held += [*fn.args, *fn.keywords.values()]
+        fn = fn.func
+    held += [c.cell_contents for c in getattr(fn, "__closure__", None) or ()]
+    if any(isinstance(t, Tensor) and not keeps(t) for t in held):
+        raise RuntimeError(f"graph {name!r}: its function holds a tensor that does not live as long as the graph")
 
 
 def check_fixed(captured: list[Tensor], inputs: tuple[Tensor, ...], fixed: int) -> None:

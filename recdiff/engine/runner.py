@@ -89,8 +89,9 @@ class Runner:
         # static-buffer protocol without CUDA, so the graph path's bookkeeping is tested on a CPU
         emulate = bool(model.engine_options.get("emulate_graphs"))
         self.cuda_graphs = policy == "shared" and (emulate or (compile and p.device.type == "cuda"))
-        self.graphs = Graphs(emulate, functools.partial(own_calls, self))
+        self.graphs = Graphs(emulate, functools.partial(own_calls, self), self.keeps)
         self._buffers: dict[tuple, Tensor] = {}
+        self._row_grids: dict[int, Tensor] = {}
         self.key_range = torch.arange(length, device=p.device)
         self.write_all = torch.ones(slots, dtype=torch.bool, device=p.device)
         self.chunk = CHUNK if self.compiled else 1  # recurrences per call between adaptive-exit checks
@@ -125,6 +126,20 @@ class Runner:
         if buf is None:
             buf = self._buffers[key] = torch.zeros(shape, dtype=dtype, device=self.device)
         return buf.zero_()
+
+    def row_grid(self, T: int) -> Tensor:
+        """``0 … T-1`` for every slot, ``(slots, T)``, kept for this runner's life: a captured graph that reads it
+        (a diffusion step's window rows) outlives the batch that captured it, and would read freed memory were the
+        grid the batch's own."""
+        grid = self._row_grids.get(T)
+        if grid is None:
+            grid = self._row_grids[T] = self.key_range[:T].expand(self.slots, T).contiguous()
+        return grid
+
+    def keeps(self, t: Tensor) -> bool:
+        """Whether ``t`` lives as long as this runner (what a captured graph may hold besides its inputs)."""
+        kept = (self.key_range, self.write_all, *self._buffers.values(), *self._row_grids.values())
+        return any(t is k for k in kept)
 
     def keys(self, needed: int) -> int:
         """Cache positions a call attends to: ``needed`` (its furthest query position + 1) rounded up, to a power

@@ -128,7 +128,6 @@ class DiffusionBatch:
         self.host: list[SlotRecord | None] = [None] * B
         self.rows = torch.arange(self.window + 1, device=dev)
         self._grown_rows: dict[int, Tensor] = {}  # T → advance's rows_g (0 … Tg-1)
-        self._row_grids: dict[int, Tensor] = {}  # T → P's window rows (B, T)
         self._window_views: dict[int, tuple[Tensor, ...]] = {}  # T → (one slot) the window buffers' first T rows
         # the pointers a step hands in (PTR), packed into the memory of one host tensor (struct is cheaper than a
         # NumPy assignment from a list; building a tensor from a list would cost a compiled batch-1 step more than
@@ -279,7 +278,7 @@ class DiffusionBatch:
         token ids and positions from ``seq`` and the window's start
         (:meth:`~recdiff.engine.runner.Runner.embed_window`)."""
         run, rule = self.runner, self.rule
-        rows = self._window_rows(T)
+        rows = run.row_grid(T)  # the runner's: a graph that reads it outlives this batch
         inputs = (self.seq, ptr, *self._first_rows(T), *mix)
         if run.cuda_graphs:
             z, e, logits = run.graphed(f"diffusion-{self.tag}-k{keys}", functools.partial(self._model_call, keys, rows),
@@ -301,13 +300,6 @@ class DiffusionBatch:
         e, pos = run.embed_window(rows, seq, ptr, keys, None if e_prev is None else (eta, e_prev))
         z = run.cores(z, e, pos, keys, self.r_inner)
         return z, e, run.decode(z, pos, keys)
-
-    def _window_rows(self, T: int) -> Tensor:
-        """``0 … T-1`` for every slot, ``(B, T)`` (one tensor per T)."""
-        rows = self._row_grids.get(T)
-        if rows is None:
-            rows = self._row_grids[T] = self.rows[:T].expand(self.slots, T).contiguous()
-        return rows
 
     def _first_rows(self, T: int) -> tuple[Tensor, ...]:
         """The first ``T`` rows (dimension 1) of each window buffer the model call takes, dense: for one slot views

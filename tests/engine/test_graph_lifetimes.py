@@ -1,0 +1,36 @@
+"""A captured graph outlives the batch that captured it: a CUDA graph reads every tensor its function holds where
+it was at the capture, so each must live as long as the graph (recdiff.engine.graphs.check_held). An emulated graph
+keeps its function alive, so only this check shows the fault on a CPU (the first GPU run of the in-place diffusion
+step found it as out-of-bounds gathers, a batch's row grid read after the batch was freed)."""
+
+import functools
+
+import pytest
+import torch
+
+from recdiff import generate, load_model
+from recdiff.engine.graphs import check_held
+
+
+def test_a_tensor_the_graph_does_not_keep_is_refused_at_capture() -> None:
+    kept, own = torch.zeros(3), torch.zeros(3)
+    keeps = lambda t: t is kept  # noqa: E731
+    check_held(functools.partial(torch.add, kept), keeps, "ok")
+    check_held(lambda x: x + kept, keeps, "ok")
+    with pytest.raises(RuntimeError, match="does not live as long as the graph"):
+        check_held(functools.partial(torch.add, own), keeps, "partial")
+    with pytest.raises(RuntimeError, match="does not live as long as the graph"):
+        check_held(lambda x: x + own, keeps, "closure")
+
+
+def test_every_sampler_captures_only_what_its_runner_keeps(fixture_dir) -> None:
+    # two diffusion configurations one after the other on one runner, under emulated graphs: every capture checked
+    model = load_model(fixture_dir)
+    model.engine_options = {**model.engine_options, "emulate_graphs": True}
+    for sampler, params in [("static", {"r": 8}), ("speculative", {"r": 8, "r_draft": 2, "lookahead": 2}),
+                            ("diffusion", {"r": 8, "r_inner": 4, "epsilon": 0.05, "wavefront": 24}),
+                            ("diffusion", {"r": 8, "r_inner": 2, "freeze": "fixed", "wavefront": 8})]:
+        generate(model, [[1, 2, 3, 4, 5]], sampler, max_new_tokens=6, stop_token_ids=[], **params)
+    # the checks ran: both diffusion configurations captured their step graphs on the one kept runner
+    captured = [key[0] for run in model.__dict__["_runners"].values() for key in run.graphs.captured]
+    assert sum(name.startswith("diffusion-") for name in captured) >= 2, captured
