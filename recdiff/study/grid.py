@@ -61,7 +61,8 @@ def run_grid_trial(plan: Config, study: optuna.Study, load: Load, job_dir: Path,
     attrs = {"config_hash": config_hash(plan), **common}
     load = _once(load)
     while True:
-        trial = take(plan, study, attrs) if plan.study.skip_duplicates else claim_trial(study, plan.grid_params(), attrs)
+        trial = (take(plan, study, attrs) if plan.study.skip_duplicates
+                 else claim_trial(study, plan.grid_params(), attrs))
         if trial is None or trial.state == TrialState.COMPLETE:
             if baselines_dir is not None:
                 run_baselines(plan, study, load, baselines_dir, common)

@@ -4,19 +4,19 @@
 
 - **Claim.** A configuration is claimed before it is measured: a RUNNING trial carrying its ``config_hash``, its
   ``identity``, its claimant (machine and process, :mod:`~recdiff.study.claimant`) and the claim's token, with
-  heartbeats while it is worked on, so that no other worker runs it too. A grid job takes its configuration (:func:`take`), waiting while
-  another live process holds it and taking it over once that process is found dead. Two claims made at the same
-  moment are settled by trial number: the lower one runs, the other is PRUNED with ``duplicate_of``. A search claims
-  the trial ``study.ask`` made (:func:`claim_asked`).
+  heartbeats while it is worked on, so that no other worker runs it too. A grid job takes its configuration
+  (:func:`take`), waiting while another live process holds it and taking it over once that process is found dead.
+  Two claims made at the same moment are settled by trial number: the lower one runs, the other is PRUNED with
+  ``duplicate_of``. A search claims the trial ``study.ask`` made (:func:`claim_asked`).
 - **Measure** (:func:`measure`), while the claim is held: copied from another study of the storage that measured the
   configuration under the same identity (``study.reuse``), else measured (:func:`recdiff.trial.evaluate`), with its
   provenance.
 - **Record** (:func:`record_outcome`): the outcome's artifacts, user attributes and state, told to the study
-  (:func:`tell`, the one place where a claimed trial's outcome reaches the study), a log line and ``result.json``.
-  Fenced by the claim's token (:func:`~recdiff.study.storage.finish_claim`): a worker that was away (stopped, cut off)
-  while its claim was taken over records nothing; one log line says its result is dropped.
-  Artifacts are part of the record: a trial whose artifacts cannot be stored is FAIL (the reason names the path, and a
-  full disk as "no space left on device"), never COMPLETE.
+  (:func:`tell`, the one place where a claimed trial's outcome reaches the study), a log line and ``result.json``,
+  fenced by the claim's token (:func:`~recdiff.study.storage.finish_claim`): a worker that was away (stopped, cut
+  off) while its claim was taken over records nothing; one log line says its result is dropped. Artifacts are part
+  of the record: a trial whose artifacts cannot be stored is FAIL (the reason names the path, and a full disk as "no
+  space left on device"), never COMPLETE.
 """
 
 from __future__ import annotations

@@ -44,7 +44,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                    help="journal (a journal file in --out), postgres (a throwaway local server, restarted by the "
                         "schedule), or a postgresql:// URL (restarted with --restart-cmd)")
     p.add_argument("--restart-cmd", default=None, help="shell command that restarts the server of a URL --storage")
-    p.add_argument("--grid", nargs="+", default=GRID, metavar="KEY=V1,V2", help=f"the sweep (default: {' '.join(GRID)})")
+    p.add_argument("--grid", nargs="+", default=GRID, metavar="KEY=V1,V2",
+                   help=f"the sweep (default: {' '.join(GRID)})")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--window", type=float, default=60.0, help="seconds over which the faults are drawn (default 60)")
     p.add_argument("--kills", type=int, default=2)
@@ -60,6 +61,10 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--respawn-s", type=float, default=2.0, help="a killed worker starts again after this (default 2)")
     p.add_argument("--timeout-s", type=float, default=3600.0, help="the whole soak at most (default 3600)")
     p.add_argument("--out", type=Path, default=None, help="default outputs/soak/<time>")
+    p.add_argument("--study", default=None, help="the study's name (default soak-<seed>-<time>); soaks on several "
+                                                 "nodes share one study by naming it")
+    p.add_argument("--verdict-only", action="store_true",
+                   help="no workers, no faults: the verdict of --study in --storage (after soaks on several nodes)")
     args = p.parse_args(argv)
     axes = []
     for item in args.grid:
@@ -74,6 +79,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                 "the claim")
     if args.workers < 1:
         p.error("--workers must be at least 1")
+    if args.verdict_only and args.storage == "postgres":
+        p.error("--verdict-only reads an existing study: --storage journal (in --out) or a postgresql:// URL")
     return args, extra
 
 
@@ -134,7 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     restarts = args.restarts if args.restarts is not None else (1 if restart is not None else 0)
     schedule = make_schedule(args.seed, args.window, args.kills, args.pauses, restarts, not args.no_interrupt,
                              args.pause_s, args.down_s)
-    name = f"soak-{args.seed}-{time.strftime('%H%M%S')}"
+    name = args.study or f"soak-{args.seed}-{time.strftime('%H%M%S')}"
+    if args.verdict_only:
+        verdict = judge(final_trials(url, name), args.axes, [], [], args.max_retry)
+        print(f"soak verdict of study {name} in {args.storage}\n{table(verdict, {})}", flush=True)
+        return 0 if verdict.passed else 1
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     fleet = Fleet(lambda slot: worker_command(args, extra, url, name, out, slot), args.workers, out / "logs", env,
                   REPO, args.respawn_s)

@@ -156,7 +156,8 @@ def judge(trials: list[FrozenTrial], axes: list[tuple[str, list[str]]], workers:
             f"{len(taken)} claims taken over ({len(from_paused)} from paused workers), {len(dropped)} late results "
             f"dropped" + (f"; measurement on taken-over trials {tainted}" if tainted else "")
             + (f"; dropped results on trials not failed {landed_late}" if landed_late else "")),
-        "no traceback; every error one line": (not problems, "; ".join(problems) or "ok"),
+        "no traceback; every error one line": (
+            not problems, "; ".join(problems) or ("ok" if workers else "no worker logs here")),
     }
     kinds = Counter(t.user_attrs.get("fail_kind") for t in trials if t.state == TrialState.FAIL)
     counts = {"trials": len(trials), "fail_kinds": dict(kinds), "taken_over_from_paused": from_paused,
@@ -183,7 +184,8 @@ def table(v: Verdict, scheduled: dict[str, int]) -> str:
                           "dropped",
                  "restart": f"{v.counts['log_lines'].get('connection lost', 0)} connection losses met by workers, "
                             f"{v.counts['log_lines'].get('reconnected', 0)} reconnects",
-                 "interrupt": f"{v.counts['fail_kinds'].get('interrupted', 0)} trials FAIL interrupted, re-queued"}[kind]
+                 "interrupt": f"{v.counts['fail_kinds'].get('interrupted', 0)} trials FAIL interrupted, "
+                              "re-queued"}[kind]
         why = sorted({f.note for f in mine if not f.landed and f.note})
         out.append(f"{kind:<10} {n:>9} {len(landed):>7}  {notes}" + (f" (not landed: {'; '.join(why)})" if why else ""))
     out += ["", "checks"]
