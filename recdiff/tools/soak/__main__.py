@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import random
 import sys
@@ -102,6 +103,7 @@ def worker_command(args: argparse.Namespace, extra: list[str], url: str, name: s
 
 def main(argv: list[str] | None = None) -> int:
     args, extra = parse(list(sys.argv[1:] if argv is None else argv))
+    logging.getLogger("recdiff.study").setLevel(logging.ERROR)   # the soak's own looks at the study: no outage lines
     out = (args.out or Path("outputs/soak") / time.strftime("%Y-%m-%d/%H-%M-%S")).resolve()
     out.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()

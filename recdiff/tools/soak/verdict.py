@@ -144,8 +144,8 @@ def judge(trials: list[FrozenTrial], axes: list[tuple[str, list[str]]], workers:
     state = {t.number: t for t in trials}
     landed_late = [n for n in dropped if n not in state or state[n].state != TrialState.FAIL]
     paused = {f.pid for f in faults if f.kind == "pause" and f.landed}
-    from_paused = [t.number for t in taken
-                   if (t.system_attrs.get(CLAIMANT_ATTR) or {}).get("pid") in paused]
+    from_paused = [t.number for t in taken if "no heartbeat" in t.user_attrs.get("fail_reason", "")
+                   and (t.system_attrs.get(CLAIMANT_ATTR) or {}).get("pid") in paused]
     bad = [r for r in rows if not r.ok]
     checks = {
         "every configuration COMPLETE exactly once": (
