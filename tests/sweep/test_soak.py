@@ -28,7 +28,7 @@ def test_a_soak_of_four_workers_ends_with_every_configuration_complete_exactly_o
     began = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "recdiff.tools.soak", "--workers", "4", "--storage", postgres.url, "--restart-cmd",
-         restart, "--restarts", "1", "--kills", "2", "--pauses", "1", "--seed", "2", "--window", "45",
+         restart, "--restarts", "1", "--kills", "2", "--pauses", "1", "--seed", "45", "--window", "20",
          "--grace-s", "10", "--heartbeat-s", "1", "--out", str(tmp_path / "soak")],
         cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=2 * BUDGET_S)
     took = time.monotonic() - began
@@ -58,9 +58,10 @@ def test_a_schedule_is_the_seeds_and_stays_in_its_window():
                   for _ in range(2))
     assert one == again and one != make_schedule(8, 120, 5, 3, 2, True, 14, 1)
     assert [one.count(k) for k in KINDS] == [5, 3, 2, 1]
-    assert all(0 <= f.at < 120 for f in one.faults) and [f.at for f in one.faults] == sorted(f.at for f in one.faults)
+    timed = [f.at for f in one.faults if f.kind != "interrupt"]
+    assert all(0 <= t < 120 for t in timed) and timed == sorted(timed)
     (interrupt,) = [f for f in one.faults if f.kind == "interrupt"]
-    assert 40 <= interrupt.at <= 80                              # the middle third: a run before it and after it
+    assert 1 / 3 <= interrupt.at <= 2 / 3             # a share of the grid COMPLETE: a run before it and one after
     assert {f.length for f in one.faults if f.kind == "pause"} == {14}
 
 

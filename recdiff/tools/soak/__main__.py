@@ -22,7 +22,7 @@ from pathlib import Path
 
 from recdiff.tools.soak.chaos import Chaos, Claims
 from recdiff.tools.soak.schedule import KINDS, make_schedule
-from recdiff.tools.soak.verdict import judge, table
+from recdiff.tools.soak.verdict import grid_points, judge, table
 from recdiff.tools.soak.workers import Fleet
 
 REPO = Path(__file__).resolve().parents[3]
@@ -52,7 +52,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--kills", type=int, default=2)
     p.add_argument("--pauses", type=int, default=1)
     p.add_argument("--restarts", type=int, default=None, help="default: 1 with a server to restart, else 0")
-    p.add_argument("--no-interrupt", action="store_true", help="no SIGINT of the whole sweep")
+    p.add_argument("--no-interrupt", action="store_true",
+                   help="no SIGINT of the whole sweep (by default one, once a third to two thirds of the grid is done)")
     p.add_argument("--grace-s", type=int, default=10, help="study.grace_period (default 10)")
     p.add_argument("--heartbeat-s", type=int, default=1, help="study.heartbeat_interval (default 1)")
     p.add_argument("--pause-s", type=float, default=None, help="how long a paused worker stays stopped "
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     fleet = Fleet(lambda slot: worker_command(args, extra, url, name, out, slot), args.workers, out / "logs", env,
                   REPO, args.respawn_s)
-    chaos = Chaos(schedule, fleet, Claims(url, name), restart, args.grace_s, say)
+    chaos = Chaos(schedule, fleet, Claims(url, name), restart, args.grace_s, len(grid_points(args.axes)), say)
     say(f"{args.workers} workers, {len(list(schedule.faults))} faults over {args.window:g} s (seed {args.seed}), "
         f"study {name} in {url}; logs in {out / 'logs'}")
     timed_out = False

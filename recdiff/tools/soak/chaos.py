@@ -8,7 +8,8 @@ A fault *lands* when it meets what it is meant for, and only then counts:
   between is continued at once and another one is tried), then SIGCONT after the pause's length, longer than the
   grace period: another worker takes the claim over meanwhile, and the paused one wakes to find it gone;
 - **restart**: the PostgreSQL server stopped (fast: open connections are closed), down for a while, started again;
-- **interrupt**: SIGINT of every worker of the run (Ctrl-C of the whole sweep); the same command runs again.
+- **interrupt**: SIGINT of every worker of the run (Ctrl-C of the whole sweep), once its share of the configurations
+  is COMPLETE and a worker holds a claim; the same command runs again.
 
 A fault that cannot land yet (no worker holds a claim, the server is restarting already) is tried again until the
 window has passed, then reported as not landed with the reason.
@@ -40,23 +41,35 @@ class Claims:
         self._storage: Any = None
         self._study_id: int | None = None
 
-    def holders(self) -> dict[int, list[int]] | None:
+    def _trials(self, states: tuple[TrialState, ...]) -> list | None:
         from recdiff.study.connect import open_storage
-        from recdiff.study.storage import CLAIMANT_ATTR
 
         try:
             if self._storage is None:
                 self._storage = open_storage(self.url, patience_s=1)
             if self._study_id is None:
                 self._study_id = self._storage.get_study_id_from_name(self.study)
-            held: dict[int, list[int]] = {}
-            for t in self._storage.get_all_trials(self._study_id, deepcopy=False, states=(TrialState.RUNNING,)):
-                pid = (t.system_attrs.get(CLAIMANT_ATTR) or {}).get("pid")
-                if isinstance(pid, int):
-                    held.setdefault(pid, []).append(t.number)
-            return held
+            return self._storage.get_all_trials(self._study_id, deepcopy=False, states=states)
         except Exception:  # noqa: BLE001 — not yet created, or the server is down: ask again later
             return None
+
+    def holders(self) -> dict[int, list[int]] | None:
+        from recdiff.study.storage import CLAIMANT_ATTR
+
+        trials = self._trials((TrialState.RUNNING,))
+        if trials is None:
+            return None
+        held: dict[int, list[int]] = {}
+        for t in trials:
+            pid = (t.system_attrs.get(CLAIMANT_ATTR) or {}).get("pid")
+            if isinstance(pid, int):
+                held.setdefault(pid, []).append(t.number)
+        return held
+
+    def complete(self) -> int | None:
+        """How many configurations are COMPLETE."""
+        trials = self._trials((TrialState.COMPLETE,))
+        return None if trials is None else len({t.user_attrs.get("config_hash") for t in trials})
 
 
 @dataclass
@@ -73,8 +86,9 @@ class Landed:
 
 class Chaos:
     def __init__(self, schedule: Schedule, fleet: Fleet, claims: Claims, restart: Callable[[float], None] | None,
-                 grace_s: float, log: Callable[[str], None]) -> None:
+                 grace_s: float, configurations: int, log: Callable[[str], None]) -> None:
         self.schedule, self.fleet, self.claims, self.restart = schedule, fleet, claims, restart
+        self.configurations = configurations
         self.grace_s, self.log = grace_s, log
         self.rng = random.Random(schedule.seed)
         self.pending: list[Fault] = list(schedule.faults)
@@ -97,17 +111,23 @@ class Chaos:
             self._cont.remove((due, w))
             if self.fleet.signal(w, signal.SIGCONT):
                 self.log(f"SIGCONT {w.name} (pid {w.pid})")
-        for fault in [f for f in self.pending if f.at <= self.now()]:
+        for fault in [f for f in self.pending if self._due(f)]:
             if time.monotonic() < self._retry_at.get(id(fault), 0.0):
                 continue
             done = getattr(self, f"_{fault.kind}")(fault)
             if done:
                 self.pending.remove(fault)
-            elif self.now() > self.schedule.window + fault.length + self.grace_s:
+            elif fault.kind != "interrupt" and self.now() > self.schedule.window + fault.length + self.grace_s:
                 self.pending.remove(fault)
                 self._note(fault, False, note="nothing to land on before the window ended")
             else:
                 self._retry_at[id(fault)] = time.monotonic() + RETRY_S
+
+    def _due(self, fault: Fault) -> bool:
+        if fault.kind != "interrupt":
+            return fault.at <= self.now()
+        done = self.claims.complete()
+        return done is not None and done >= fault.at * self.configurations
 
     def finish(self) -> None:
         """The sweep has ended: faults still pending did not land."""
@@ -178,6 +198,8 @@ class Chaos:
         return True
 
     def _interrupt(self, fault: Fault) -> bool:
+        if not self.claims.holders():   # between trials: wait until one runs, so that the interrupt meets it
+            return False
         got = self.fleet.interrupt()
         if not got:
             return False
