@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from recdiff.study.interrupt import interrupt_on_sigterm
+from recdiff.study.reconnect import shown
 from recdiff.tools.soak.chaos import Chaos, Claims
 from recdiff.tools.soak.schedule import KINDS, make_schedule
 from recdiff.tools.soak.verdict import grid_points, judge, table
@@ -48,7 +50,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--grid", nargs="+", default=GRID, metavar="KEY=V1,V2",
                    help=f"the sweep (default: {' '.join(GRID)})")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--window", type=float, default=60.0, help="seconds over which the faults are drawn (default 60)")
+    p.add_argument("--window", type=float, default=60.0,
+                   help="seconds over which the kills, pauses and restarts are drawn (default 60)")
     p.add_argument("--kills", type=int, default=2)
     p.add_argument("--pauses", type=int, default=1)
     p.add_argument("--restarts", type=int, default=None, help="default: 1 with a server to restart, else 0")
@@ -58,7 +61,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--heartbeat-s", type=int, default=1, help="study.heartbeat_interval (default 1)")
     p.add_argument("--pause-s", type=float, default=None, help="how long a paused worker stays stopped "
                                                                 "(default: the grace period + 4 s)")
-    p.add_argument("--down-s", type=float, default=1.0, help="how long a restarted server stays down (default 1)")
+    p.add_argument("--down-s", type=float, default=1.0,
+                   help="how long the local server stays down in a restart (default 1)")
     p.add_argument("--max-retry", type=int, default=5, help="study.max_retry (default 5)")
     p.add_argument("--respawn-s", type=float, default=2.0, help="a killed worker starts again after this (default 2)")
     p.add_argument("--timeout-s", type=float, default=3600.0, help="the whole soak at most (default 3600)")
@@ -105,6 +109,7 @@ def worker_command(args: argparse.Namespace, extra: list[str], url: str, name: s
 def main(argv: list[str] | None = None) -> int:
     args, extra = parse(list(sys.argv[1:] if argv is None else argv))
     logging.getLogger("recdiff.study").setLevel(logging.ERROR)   # the soak's own looks at the study: no outage lines
+    interrupt_on_sigterm()   # a SIGTERM ends the soak as Ctrl-C does: its workers and its server go with it
     out = (args.out or Path("outputs/soak") / time.strftime("%Y-%m-%d/%H-%M-%S")).resolve()
     out.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
@@ -154,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                   REPO, args.respawn_s)
     chaos = Chaos(schedule, fleet, Claims(url, name), restart, args.grace_s, len(grid_points(args.axes)), say)
     say(f"{args.workers} workers, {len(list(schedule.faults))} faults over {args.window:g} s (seed {args.seed}), "
-        f"study {name} in {url}; logs in {out / 'logs'}")
+        f"study {name} in {shown(url)}; logs in {out / 'logs'}")
     timed_out = False
     try:
         fleet.start_run()
