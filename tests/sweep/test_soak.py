@@ -71,3 +71,44 @@ def test_the_soak_refuses_a_pause_that_does_not_outlast_the_grace_period(tmp_pat
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].endswith(
         "error: --pause-s 8 must exceed the grace period (10 s): a pause must outlast the claim")
+
+
+def _trial(number, state, r_inner, beta, *, pid=1, values=None, **attrs):
+    from optuna.distributions import FloatDistribution, IntDistribution
+    from optuna.trial import create_trial
+
+    from recdiff.study.storage import CLAIMANT_ATTR
+
+    t = create_trial(state=state, values=values if state == TrialState.COMPLETE else None,
+                     params={"r_inner": r_inner, "beta": beta},
+                     distributions={"r_inner": IntDistribution(1, 32), "beta": FloatDistribution(0, 1)},
+                     user_attrs={"config_hash": f"{r_inner}-{beta}", **attrs},
+                     system_attrs={CLAIMANT_ATTR: {"pid": pid}})
+    t.number = number
+    return t
+
+
+def test_the_verdict_names_what_is_doubled_missing_or_tainted(tmp_path):
+    from recdiff.tools.soak.verdict import judge
+
+    axes = [("sampler.r_inner", ["1", "2"]), ("sampler.beta", ["0", "0.5"])]
+    trials = [
+        _trial(0, TrialState.FAIL, 1, 0.0, fail_kind="worker_died", fail_reason="worker died (no heartbeat ...)"),
+        _trial(1, TrialState.COMPLETE, 1, 0.0, values=[0.5, 5.0]),                           # retried, then once
+        _trial(2, TrialState.COMPLETE, 1, 0.5, values=[0.5, 5.0]),
+        _trial(3, TrialState.COMPLETE, 1, 0.5, values=[0.4, 4.0]),                           # doubled
+        _trial(4, TrialState.RUNNING, 2, 0.0, pid=77),                                         # left RUNNING
+        _trial(5, TrialState.FAIL, 2, 0.5, fail_kind="worker_died", n_samples=4),             # a late result on it
+    ]
+    v = judge(trials, axes, [], [], max_retry=2)
+    assert [r.verdict for r in v.rows] == [
+        "COMPLETE once, retried after worker_died ×1", "DOUBLED: COMPLETE ×2 (trials [2, 3])",
+        "missing: RUNNING (trial 4, process 77)", "missing: FAIL (no reason)"]
+    assert [r.config for r in v.rows] == ["r_inner=1 beta=0", "r_inner=1 beta=0.5", "r_inner=2 beta=0",
+                                          "r_inner=2 beta=0.5"]
+    assert not v.passed
+    assert {name: ok for name, (ok, _) in v.checks.items()} == {
+        "every configuration COMPLETE exactly once": False, "no trial left RUNNING or WAITING": False,
+        "no result from a worker whose claim was taken over": False, "no traceback; every error one line": True}
+    clean = judge(trials[:2], axes[:1] + [("sampler.beta", ["0"])], [], [], max_retry=2)
+    assert [r.verdict for r in clean.rows] == ["COMPLETE once, retried after worker_died ×1", "missing: never claimed"]
