@@ -3,7 +3,8 @@
     python -m recdiff.tools.soak                                   # 4 workers, 16 configurations, a journal
     python -m recdiff.tools.soak --storage postgres --seed 3       # a throwaway PostgreSQL server, restarted too
     python -m recdiff.tools.soak --workers 8 --storage postgres --window 540 --kills 12 --pauses 8 --restarts 8 \\
-        --grid sampler.r_inner=1,2,3,4,6,8,12,16 sampler.beta=0,0.2,0.4,0.6 -- benchmark.limit=32
+        --grid sampler.r_inner=1,2,3,4,6,8,12,16 sampler.beta=0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9 \\
+        -- benchmark.limit=8 run.max_new_tokens=16
 
 Exit status 0 when every check passes, 1 when one fails, 2 for bad input. Writes ``soak.json`` and ``verdict.txt``
 in ``--out`` with the workers' logs (docs/sweeps.md, "Soak").
