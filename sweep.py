@@ -39,12 +39,15 @@ import recdiff.schema  # noqa: E402,F401  (registers the structured-config schem
 def main(cfg: DictConfig) -> tuple[float, float] | None:
     from recdiff.errors import SweepStopped, describe_error
     from recdiff.study import run_job
+    from recdiff.study.interrupt import interrupted
 
     try:
         return run_job(cfg)
     except Exception as exc:  # Hydra would add its own lines around a job's exception: end here instead
         if os.environ.get("RECDIFF_TRACEBACK"):
             raise
+        if interrupted(exc):
+            raise KeyboardInterrupt from None
         print(f"error: {describe_error(exc)}", file=sys.stderr, flush=True)
         raise SystemExit(1 if isinstance(exc, SweepStopped) else 2) from None
 
@@ -101,10 +104,15 @@ def cli(argv: list[str] | None = None) -> int:
         return 130
     except Exception as exc:  # composition errors, RecdiffError, unknown storage, a SLURM job without result ...
         from recdiff.errors import describe_error
+        from recdiff.study.interrupt import interrupted
         from recdiff.study.slurm import job_failure
 
         if os.environ.get("RECDIFF_TRACEBACK"):
             raise
+        if interrupted(exc):   # a library's cleanup failed on the way out of the interrupt
+            sweep_status.settle(sweep_status.ROOT)
+            print("error: interrupted", file=sys.stderr)
+            return 130
         if (failed := job_failure(exc)) is not None:
             print(f"error: {failed[0]}", file=sys.stderr)
             return failed[1]

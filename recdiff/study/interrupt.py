@@ -7,7 +7,9 @@ or a SLURM job, whose runner would otherwise only log the signal that ``scancel`
 
 An interrupt that lands while Python runs a finalizer or a weak reference's callback cannot leave it: Python prints it
 as "Exception ignored" and carries on, as if it had never come. Such an interrupt is delivered again, to the main
-thread, a moment later (no traceback, and the sweep stops as it should).
+thread, a moment later (no traceback, and the sweep stops as it should). An error raised while a library unwinds
+from an interrupt (its cleanup failing half-way) is the interrupt too (:func:`interrupted`): exit 130, never the
+code of bad input.
 """
 
 from __future__ import annotations
@@ -37,6 +39,19 @@ def _redeliver(hook: Any) -> Any:
 
     unraisable.redelivers = True
     return unraisable
+
+
+def interrupted(exc: BaseException) -> bool:
+    """True when ``exc`` is, or was raised while handling, an interrupt (a library's cleanup that failed on the way
+    out of a KeyboardInterrupt replaces it with its own error: the sweep was interrupted all the same)."""
+    seen: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and e not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.append(e)
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def interrupt_on_sigterm() -> None:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from .conftest import REPO
 
 CALLBACK = """
@@ -41,3 +43,18 @@ def test_an_interrupt_while_sweep_py_loads_is_one_line_and_exit_130():
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and err == "error: interrupted\n", (proc.returncode, err[-2000:])
+
+
+def test_an_error_raised_while_unwinding_from_an_interrupt_is_the_interrupt():
+    from recdiff.study.interrupt import interrupted
+
+    def cleanup_fails_on_the_way_out():
+        try:
+            raise KeyboardInterrupt
+        finally:
+            None._invalidate_flags_cache()   # as a library's cleanup did under a soak: an AttributeError instead
+
+    with pytest.raises(AttributeError) as caught:
+        cleanup_fails_on_the_way_out()
+    assert interrupted(caught.value)
+    assert not interrupted(AttributeError("a plain error")) and interrupted(KeyboardInterrupt())

@@ -9,7 +9,8 @@ RUNNING, re-queued and never run again, retries exhausted, failed, never claimed
 - no trial left RUNNING or WAITING;
 - no result from a worker whose claim had been taken over: no trial failed as ``worker_died`` carries values or
   anything of a measurement, and every result a worker logged as dropped belongs to such a failed trial;
-- no traceback in any worker's output, and every worker that stopped with an error said so in one ``error:`` line.
+- no traceback in any worker's output, every worker that stopped with an error said so in one ``error:`` line, and
+  none exited with the code of bad input (2).
 """
 
 from __future__ import annotations
@@ -115,6 +116,8 @@ def _logs(workers: list[Worker]) -> tuple[list[int], list[str], Counter]:
         last = [ln for ln in err.splitlines() if ln.strip()][-1:]
         if w.rc not in (0, None, -9) and not (last and last[0].startswith("error: ")):
             problems.append(f"{w.name}: exit {w.rc} without an error line")
+        if w.rc == 2:   # the code of bad input: no fault of the soak is that
+            problems.append(f"{w.name}: exit 2 ({last[0] if last else 'no line'})")
     return dropped, problems, lines
 
 
