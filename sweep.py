@@ -14,26 +14,40 @@ worker or its storage, or that ends with configurations neither COMPLETE nor rec
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
-import hydra
-from omegaconf import DictConfig
 
-import recdiff.schema  # noqa: F401  (registers the structured-config schemas)
+def _interrupted_while_loading(signum: int, frame: Any) -> None:
+    sys.stdout.flush()
+    print("error: interrupted", file=sys.stderr, flush=True)
+    os._exit(130)   # nothing is recorded yet; and no import half done may swallow the exit
+
+
+if __name__ == "__main__":   # Ctrl-C while the libraries load: one line; cli() restores Python's handler
+    signal.signal(signal.SIGINT, _interrupted_while_loading)
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+import recdiff.schema  # noqa: E402,F401  (registers the structured-config schemas)
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> tuple[float, float] | None:
     from recdiff.errors import SweepStopped, describe_error
     from recdiff.study import run_job
+    from recdiff.study.interrupt import interrupted
 
     try:
         return run_job(cfg)
     except Exception as exc:  # Hydra would add its own lines around a job's exception: end here instead
         if os.environ.get("RECDIFF_TRACEBACK"):
             raise
+        if interrupted(exc):
+            raise KeyboardInterrupt from None
         print(f"error: {describe_error(exc)}", file=sys.stderr, flush=True)
         raise SystemExit(1 if isinstance(exc, SweepStopped) else 2) from None
 
@@ -80,6 +94,7 @@ def cli(argv: list[str] | None = None) -> int:
     os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"),
                                                           "ignore:resource_tracker:UserWarning"]))
     sys.argv = [sys.argv[0], *argv]
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     interrupt_on_sigterm()
     try:
         main()
@@ -89,10 +104,15 @@ def cli(argv: list[str] | None = None) -> int:
         return 130
     except Exception as exc:  # composition errors, RecdiffError, unknown storage, a SLURM job without result ...
         from recdiff.errors import describe_error
+        from recdiff.study.interrupt import interrupted
         from recdiff.study.slurm import job_failure
 
         if os.environ.get("RECDIFF_TRACEBACK"):
             raise
+        if interrupted(exc):   # a library's cleanup failed on the way out of the interrupt
+            sweep_status.settle(sweep_status.ROOT)
+            print("error: interrupted", file=sys.stderr)
+            return 130
         if (failed := job_failure(exc)) is not None:
             print(f"error: {failed[0]}", file=sys.stderr)
             return failed[1]
@@ -107,9 +127,15 @@ def cli(argv: list[str] | None = None) -> int:
         print(f"error: {last}", file=sys.stderr)
         return 1
     if last is not None:
-        print_speedup_table(last.root, last.identities)
+        try:
+            print_speedup_table(last.root, last.identities)
+        except KeyboardInterrupt:   # the trials are recorded: only the summary is cut short
+            print("error: interrupted", file=sys.stderr)
+            return 130
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(cli())
+    status = cli()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # the sweep is over: a late Ctrl-C cannot turn its exit into a crash
+    sys.exit(status)

@@ -21,7 +21,7 @@ output directory. Each trial's stability picture and per-sample table are upload
 - :mod:`~recdiff.study.connect`: storages by URL, studies by name
 - :mod:`~recdiff.study.reconnect`: a database storage that rides out a restarted server
 - :mod:`~recdiff.study.storage`: Optuna's storage beneath a study (its private API, touched only there), heartbeats,
-  stale trials and their retries
+  stale trials and their retries, the fenced end of a claimed trial
 - :mod:`~recdiff.study.journal`: the journal file, safe against interrupted writes; damage named; repair
 - :mod:`~recdiff.study.writable`: write access, checked before anything is recorded
 - :mod:`~recdiff.study.sweep_status`: the sweep's exit status (non-zero when every trial failed)
@@ -37,14 +37,15 @@ from recdiff.study.record import (claim, claim_asked, claim_trial, find_duplicat
                                   run_claimed, take, tell, upload_artifacts)
 from recdiff.study.results import write_json, write_result
 from recdiff.study.search import RETRIED_KINDS, count_trials, make_sampler, run_search
-from recdiff.study.storage import (CLAIMANT_ATTR, HEARTBEAT_ATTR, Heartbeat, HeartbeatJournalStorage, RetryStaleTrial,
-                                   fail_stale_trials, holding, record_heartbeat, storage_of, trial_id)
+from recdiff.study.storage import (CLAIM_ATTR, CLAIMANT_ATTR, HEARTBEAT_ATTR, Heartbeat, HeartbeatJournalStorage,
+                                   RetryStaleTrial, fail_stale_trials, finish_claim, holding, record_heartbeat,
+                                   storage_of, trial_id)
 
 __all__ = [
     "BASELINES", "run_baselines", "load_study", "open_storage", "open_study", "resolve_storage_url", "run_grid_trial",
     "check_identity", "config_hash", "identity_from_config", "trial_identity", "run_job", "JournalFile", "repair",
     "claim", "claim_asked", "claim_trial", "find_duplicate", "holder", "measure", "record_outcome", "run_claimed",
     "take", "tell", "upload_artifacts", "write_json", "write_result", "RETRIED_KINDS", "count_trials", "make_sampler",
-    "run_search", "CLAIMANT_ATTR", "HEARTBEAT_ATTR", "Heartbeat", "HeartbeatJournalStorage", "RetryStaleTrial",
-    "fail_stale_trials", "holding", "record_heartbeat", "storage_of", "trial_id",
+    "run_search", "CLAIM_ATTR", "CLAIMANT_ATTR", "HEARTBEAT_ATTR", "Heartbeat", "HeartbeatJournalStorage",
+    "RetryStaleTrial", "fail_stale_trials", "finish_claim", "holding", "record_heartbeat", "storage_of", "trial_id",
 ]

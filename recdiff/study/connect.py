@@ -16,7 +16,7 @@ from optuna.storages import BaseStorage
 
 from recdiff.errors import RecdiffError
 from recdiff.study.journal import JournalFile, replayed
-from recdiff.study.reconnect import ReconnectingRDBStorage, shown
+from recdiff.study.reconnect import Outage, ReconnectingRDBStorage, lost_connection, shown
 from recdiff.study.storage import HeartbeatJournalStorage, RetryStaleTrial, fail_stale_trials
 
 if TYPE_CHECKING:
@@ -44,8 +44,9 @@ def journal_path(url: str) -> Path | None:
 def open_storage(url: str, heartbeat_interval: int = 10, grace_period: int = 60, max_retry: int = 2,
                  patience_s: float | None = None) -> BaseStorage:
     """A path = journal file; ``sqlite:///``, ``postgresql://``, ``mysql://`` = RDB storage. A storage that cannot be
-    read is one :class:`RecdiffError` line naming the file (and for a journal the line). A database whose connection
-    is lost later is waited for up to ``patience_s`` (default: the grace period; :mod:`recdiff.study.reconnect`)."""
+    read is one :class:`RecdiffError` line naming the file (and for a journal the line). A database that does not
+    answer (down, restarting), now or later, is waited for up to ``patience_s`` (default: the grace period), then the
+    sweep stops with one :class:`~recdiff.errors.SweepStopped` line (:mod:`recdiff.study.reconnect`)."""
     retry = RetryStaleTrial(max_retry=max_retry)
     url = resolve_storage_url(url)
     scheme = url.split("://", 1)[0].split("+", 1)[0] if "://" in url else None
@@ -65,22 +66,30 @@ def open_storage(url: str, heartbeat_interval: int = 10, grace_period: int = 60,
         db = url.split(":///", 1)[-1]
         if db and db != ":memory:":
             Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    # Workers starting together on a fresh database race to create Optuna's schema; the losers see a
-    # unique-violation from the DDL and succeed on a retry once the winner has committed.
-    for attempt in range(5):
+    # A server that is down or restarting is waited for, as every later storage call waits (Outage). Workers starting
+    # together on a fresh database race to create Optuna's schema; the losers see a unique-violation from the DDL and
+    # succeed on a retry once the winner has committed.
+    patience = grace_period if patience_s is None else patience_s
+    outage, racing_tries = Outage(shown_url, patience), 0
+    while True:
         try:
-            return ReconnectingRDBStorage(
-                url, patience_s=grace_period if patience_s is None else patience_s, shown_url=shown_url,
-                heartbeat_interval=heartbeat_interval, grace_period=grace_period,
-                heartbeat_stale_trial_callback=retry,
+            storage = ReconnectingRDBStorage(
+                url, patience_s=patience, shown_url=shown_url, heartbeat_interval=heartbeat_interval,
+                grace_period=grace_period, heartbeat_stale_trial_callback=retry,
                 engine_kwargs={"pool_pre_ping": True} if scheme != "sqlite" else None)
         except Exception as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            if lost_connection(e) is not None:
+                outage.wait(e)
+                continue
             racing = any(s in first for s in ("UniqueViolation", "already exists", "duplicate key"))
-            if not racing or attempt == 4:
+            if not racing or racing_tries == 4:
                 raise RecdiffError(f"cannot open storage {shown_url}: {first}") from None
-            time.sleep(0.5 * (attempt + 1))
-    raise AssertionError("unreachable")
+            racing_tries += 1
+            time.sleep(0.5 * racing_tries)
+            continue
+        outage.over()
+        return storage
 
 
 def open_study(spec: StudyConfig, storage: BaseStorage,

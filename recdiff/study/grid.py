@@ -4,8 +4,10 @@ A job first takes its configuration (:func:`~recdiff.study.record.take`): COMPLE
 another live process → waited for, until it is COMPLETE or its claimant is found dead and the configuration is taken
 over; free → claimed. Only then does the model load, so a configuration runs once however many workers start it, and
 a re-run completes what is missing. A configuration whose worker died more than ``study.max_retry`` times is not run
-again (the sweep ends non-zero, naming it). A configuration measured under the same identity in another study of the
-storage is copied instead of measured (``study.reuse``). The paper's baselines (:mod:`recdiff.study.baselines`) are
+again (the sweep ends non-zero, naming it). A job whose claim was taken over while it was away (stopped for longer
+than the grace period) drops its result and takes its configuration again: it waits for the new holder. A
+configuration measured under the same identity in another study of the storage is copied instead of measured
+(``study.reuse``). The paper's baselines (:mod:`recdiff.study.baselines`) are
 grid configurations too, recorded first, while the job holds its claim.
 """
 
@@ -58,17 +60,21 @@ def run_grid_trial(plan: Config, study: optuna.Study, load: Load, job_dir: Path,
     common = {"identity": identity, **(attrs or {})}
     attrs = {"config_hash": config_hash(plan), **common}
     load = _once(load)
-    trial = take(plan, study, attrs) if plan.study.skip_duplicates else claim_trial(study, plan.grid_params(), attrs)
-    if trial is None or trial.state == TrialState.COMPLETE:
-        if baselines_dir is not None:
-            run_baselines(plan, study, load, baselines_dir, common)
-        return _skipped(study, trial, plan, job_dir, attrs["config_hash"])
-    with holding(study, trial, plan.study.heartbeat_interval):
-        if baselines_dir is not None:
-            run_baselines(plan, study, load, baselines_dir, common)
-        outcome = measure(plan, study, load, job_dir, attrs, reuse=plan.study.reuse)
-    record_outcome(plan, study, trial, outcome, job_dir, attrs)
-    return tuple(outcome.values) if outcome.values else None
+    while True:
+        trial = (take(plan, study, attrs) if plan.study.skip_duplicates
+                 else claim_trial(study, plan.grid_params(), attrs))
+        if trial is None or trial.state == TrialState.COMPLETE:
+            if baselines_dir is not None:
+                run_baselines(plan, study, load, baselines_dir, common)
+            return _skipped(study, trial, plan, job_dir, attrs["config_hash"])
+        with holding(study, trial, plan.study.heartbeat_interval):
+            if baselines_dir is not None:
+                run_baselines(plan, study, load, baselines_dir, common)
+            outcome = measure(plan, study, load, job_dir, attrs, reuse=plan.study.reuse)
+        if record_outcome(plan, study, trial, outcome, job_dir, attrs) is not None or not plan.study.skip_duplicates:
+            return tuple(outcome.values) if outcome.values else None
+        # the claim was taken over while this worker was away: the configuration is another worker's now; wait for
+        # it as for any configuration held elsewhere (take)
 
 
 def _once(load: Load) -> Load:

@@ -16,6 +16,8 @@ import datetime
 import json
 import os
 import shutil
+import threading
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
@@ -89,6 +91,18 @@ class JournalFile(JournalFileBackend):
         self.path, self.lock = file_path, JournalFileSymlinkLock(file_path)   # ours: Optuna keeps its own private
         super().__init__(file_path, self.lock)
         self.line = 0   # the line of the record read last (names a record that cannot be replayed)
+        self._holder: int | None = None   # the thread holding the lock through exclusive()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the journal's lock: no other process appends until the block ends; this thread's appends go on
+        (a check of what the journal holds and the write it allows, as one step)."""
+        with journal_lock(self.lock):
+            self._holder = threading.get_ident()
+            try:
+                yield
+            finally:
+                self._holder = None
 
     def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
         try:
@@ -108,7 +122,8 @@ class JournalFile(JournalFileBackend):
         # as Optuna writes them, in one write
         text = ("\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n").encode("utf-8")
         try:
-            with journal_lock(self.lock):
+            held = self._holder == threading.get_ident()
+            with nullcontext() if held else journal_lock(self.lock):
                 seal_tail(self.path)
                 _append(self.path, text)
         except OSError as e:

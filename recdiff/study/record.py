@@ -3,18 +3,20 @@
 (:mod:`~recdiff.study.search`) all take it.
 
 - **Claim.** A configuration is claimed before it is measured: a RUNNING trial carrying its ``config_hash``, its
-  ``identity`` and its claimant (machine and process, :mod:`~recdiff.study.claimant`), with heartbeats while it is
-  worked on, so that no other worker runs it too. A grid job takes its configuration (:func:`take`), waiting while
-  another live process holds it and taking it over once that process is found dead. Two claims made at the same
-  moment are settled by trial number: the lower one runs, the other is PRUNED with ``duplicate_of``. A search claims
-  the trial ``study.ask`` made (:func:`claim_asked`).
+  ``identity``, its claimant (machine and process, :mod:`~recdiff.study.claimant`) and the claim's token, with
+  heartbeats while it is worked on, so that no other worker runs it too. A grid job takes its configuration
+  (:func:`take`), waiting while another live process holds it and taking it over once that process is found dead.
+  Two claims made at the same moment are settled by trial number: the lower one runs, the other is PRUNED with
+  ``duplicate_of``. A search claims the trial ``study.ask`` made (:func:`claim_asked`).
 - **Measure** (:func:`measure`), while the claim is held: copied from another study of the storage that measured the
   configuration under the same identity (``study.reuse``), else measured (:func:`recdiff.trial.evaluate`), with its
   provenance.
 - **Record** (:func:`record_outcome`): the outcome's artifacts, user attributes and state, told to the study
-  (:func:`tell`, the one place where a claimed trial's outcome reaches the study), a log line and ``result.json``.
-  Artifacts are part of the record: a trial whose artifacts cannot be stored is FAIL (the reason names the path, and a
-  full disk as "no space left on device"), never COMPLETE.
+  (:func:`tell`, the one place where a claimed trial's outcome reaches the study), a log line and ``result.json``,
+  fenced by the claim's token (:func:`~recdiff.study.storage.finish_claim`): a worker that was away (stopped, cut
+  off) while its claim was taken over records nothing; one log line says its result is dropped. Artifacts are part
+  of the record: a trial whose artifacts cannot be stored is FAIL (the reason names the path, and a full disk as "no
+  space left on device"), never COMPLETE.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ from recdiff.errors import no_space
 from recdiff.study import claimant, storage as _storage
 from recdiff.study.identity import key, trial_identity
 from recdiff.study.results import write_result
-from recdiff.study.storage import (CLAIMANT_ATTR, HEARTBEAT_ATTR, fail_stale_trials, holding, storage_of, study_id,
-                                   trial_id)
+from recdiff.study.storage import (CLAIM_ATTR, CLAIMANT_ATTR, HEARTBEAT_ATTR, claim_token, fail_stale_trials,
+                                   finish_claim, holding, new_token, record_heartbeat, storage_of, study_id, trial_id)
 from recdiff.trial.outcome import Outcome, State, evaluate
 from recdiff.trial.provenance import provenance
 
@@ -78,25 +80,50 @@ def duplicate(number: int) -> Outcome:
 
 
 # ------------------------------------------------------------------------------------------------- claims
+def _sign(study: optuna.Study, tid: int, attrs: Mapping[str, Any]) -> FrozenTrial | None:
+    """Write this process's claim on a trial it has just made RUNNING: token, claimant, a first heartbeat, ``attrs``.
+    None when the trial ended meanwhile (this process was away for longer than the grace period)."""
+    storage = storage_of(study)
+    try:
+        storage.set_trial_system_attr(tid, CLAIM_ATTR, new_token())
+        storage.set_trial_system_attr(tid, CLAIMANT_ATTR, claimant.this_process())
+        for k, v in attrs.items():
+            storage.set_trial_user_attr(tid, k, v)
+        trial = storage.get_trial(tid)
+        record_heartbeat(study, trial)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return None
+    return trial
+
+
+def _take_waiting(study: optuna.Study, t: FrozenTrial, attrs: Mapping[str, Any]) -> FrozenTrial | None:
+    """Claim a WAITING trial (a re-queued retry); None when another worker took it first."""
+    try:
+        if not storage_of(study).set_trial_state_values(trial_id(t), TrialState.RUNNING):
+            return None
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return None
+    return _sign(study, trial_id(t), attrs)
+
+
 def claim_trial(study: optuna.Study, params: dict[str, tuple[Any, BaseDistribution]],
                 attrs: dict[str, Any]) -> FrozenTrial:
-    """A RUNNING trial for this configuration, with a first heartbeat: its re-queued retry when there is one (the
-    retry keeps the link to the failed attempt), else a new trial."""
-    storage, me = storage_of(study), claimant.this_process()
+    """A RUNNING trial for this configuration, with its claim's token and a first heartbeat: its re-queued retry when
+    there is one (the retry keeps the link to the failed attempt), else a new trial."""
+    storage = storage_of(study)
     for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         if t.user_attrs.get("config_hash") == attrs["config_hash"] and \
-                storage.set_trial_state_values(trial_id(t), TrialState.RUNNING):   # False: another worker took it
-            storage.set_trial_system_attr(trial_id(t), CLAIMANT_ATTR, me)
-            storage.set_trial_system_attr(trial_id(t), HEARTBEAT_ATTR, _storage.clock())
-            for k, v in attrs.items():
-                storage.set_trial_user_attr(trial_id(t), k, v)
-            return storage.get_trial(trial_id(t))
+                (taken := _take_waiting(study, t, attrs)) is not None:
+            return taken
     template = optuna.trial.create_trial(
         state=TrialState.RUNNING, params={k: v for k, (v, _) in params.items()},
         distributions={k: d for k, (_, d) in params.items()}, user_attrs=attrs,
-        system_attrs={HEARTBEAT_ATTR: _storage.clock(), CLAIMANT_ATTR: me})
+        system_attrs={HEARTBEAT_ATTR: _storage.clock(), CLAIMANT_ATTR: claimant.this_process(),
+                      CLAIM_ATTR: new_token()})
     template.datetime_start = datetime.datetime.now()
-    return storage.get_trial(storage.create_new_trial(study_id(study), template_trial=template))
+    trial = storage.get_trial(storage.create_new_trial(study_id(study), template_trial=template))
+    record_heartbeat(study, trial)   # a database keeps heartbeats apart from the trial
+    return trial
 
 
 def claim(plan: Config, study: optuna.Study, attrs: dict[str, Any]) -> FrozenTrial | None:
@@ -135,9 +162,10 @@ def take(plan: Config, study: optuna.Study, attrs: dict[str, Any]) -> FrozenTria
         fail_stale_trials(study)
 
 
-def claim_asked(study: optuna.Study, trial: optuna.trial.Trial) -> None:
-    """Claim a trial that ``study.ask`` made (RUNNING already): this process is its claimant."""
-    storage_of(study).set_trial_system_attr(trial_id(trial), CLAIMANT_ATTR, claimant.this_process())
+def claim_asked(study: optuna.Study, trial: optuna.trial.Trial) -> FrozenTrial | None:
+    """Claim a trial that ``study.ask`` made (RUNNING already): this process is its claimant, with a claim token; None
+    when the trial ended meanwhile (this process was away for longer than the grace period)."""
+    return _sign(study, trial_id(trial), {})
 
 
 # ------------------------------------------------------------------------------------------------ measure
@@ -195,7 +223,7 @@ def upload_artifacts(storage: BaseStorage, tid: int, paths: list[str], artifact_
             upload_artifact(artifact_store=store, file_path=p, study_or_trial=frozen, storage=storage)
 
 
-def store_artifacts(study: optuna.Study, trial: optuna.trial.Trial | FrozenTrial, outcome: Outcome,
+def store_artifacts(study: optuna.Study, trial: FrozenTrial, outcome: Outcome,
                     artifact_dir: str) -> None:
     """Upload the outcome's artifacts; when that fails, the outcome becomes FAIL (never a COMPLETE trial pointing at
     artifacts that were not written)."""
@@ -207,40 +235,53 @@ def store_artifacts(study: optuna.Study, trial: optuna.trial.Trial | FrozenTrial
                              fail_reason=f"cannot store artifacts in {Path(artifact_dir).resolve()}: {no_space(e)}")
 
 
-def tell(study: optuna.Study, trial: optuna.trial.Trial | FrozenTrial, outcome: Outcome,
-         artifact_dir: str) -> FrozenTrial:
-    """The one place where a claimed trial's outcome reaches the study: its artifacts, its user attributes, then its
-    state, told through ``study.tell`` (so that the study's sampler sees it). A trial that another worker finished
-    meanwhile (failed as stale) keeps what that worker recorded; one log line says so."""
-    storage, tid = storage_of(study), trial_id(trial)
+def _held(trial: FrozenTrial, token: str | None) -> bool:
+    return trial.state == TrialState.RUNNING and claim_token(trial) == token
+
+
+def _dropped(study: optuna.Study, trial: FrozenTrial, outcome: Outcome) -> None:
+    now = storage_of(study).get_trial(trial_id(trial))
+    why = now.user_attrs.get("fail_reason") if now.state == TrialState.FAIL else None
+    log.warning("trial %d: this worker's claim was taken over while it was away (stopped, or cut off from the storage, "
+                "for longer than study.grace_period): the trial is %s%s; this worker's %s result is dropped",
+                trial.number, now.state.name, f" ({why})" if why else "", outcome.state.name)
+
+
+def tell(study: optuna.Study, trial: FrozenTrial, outcome: Outcome, artifact_dir: str) -> FrozenTrial | None:
+    """The one place where a claimed trial's outcome reaches the study: its artifacts, then the study's sampler sees
+    it (as in ``study.tell``), then its user attributes and state, written in one step only while this worker still
+    holds the claim (:func:`~recdiff.study.storage.finish_claim`). The finished trial; None when the claim was taken
+    over (another worker found it stale and failed it): nothing of this outcome is recorded, one log line says so."""
+    storage, tid, token = storage_of(study), trial_id(trial), claim_token(trial)
     try:
+        if not _held(storage.get_trial(tid), token):
+            _dropped(study, trial, outcome)
+            return None
         store_artifacts(study, trial, outcome, artifact_dir)
-        for k, v in outcome.attrs.items():
-            storage.set_trial_user_attr(tid, k, v)
-        study.tell(trial.number, outcome.values if outcome.state == State.COMPLETE else None,
-                   state=TrialState[outcome.state.name], skip_if_finished=True)
-    except optuna.exceptions.UpdateFinishedTrialError:
-        pass
-    except RuntimeError:
-        # GridSampler stops the study once its grid is exhausted, which Optuna allows only inside study.optimize;
-        # tell stores the state before that
-        if not isinstance(study.sampler, optuna.samplers.GridSampler):
-            raise
-    done = storage.get_trial(tid)
-    if done.state.name != outcome.state.name:
-        log.warning("trial %d was finished by another worker meanwhile (%s): this worker's %s is not recorded",
-                    trial.number, done.state.name, outcome.state.name)
-    return done
+        state = TrialState[outcome.state.name]
+        values = list(outcome.values) if outcome.state == State.COMPLETE else None
+        try:
+            study.sampler.after_trial(study, storage.get_trial(tid), state, values)
+        except RuntimeError:
+            # GridSampler stops the study once its grid is exhausted, which Optuna allows only inside study.optimize
+            if not isinstance(study.sampler, optuna.samplers.GridSampler):
+                raise
+        recorded = finish_claim(storage, tid, token, state, values, outcome.attrs)
+    except optuna.exceptions.UpdateFinishedTrialError:   # ended between the look and the artifacts
+        recorded = False
+    if not recorded:
+        _dropped(study, trial, outcome)
+        return None
+    return storage.get_trial(tid)
 
 
 def retire_waiting(study: optuna.Study, done: FrozenTrial) -> None:
     """Prune re-queued copies of a configuration that ``done`` completed (a retry made while another worker claimed
     the configuration afresh), so that no WAITING trial is left for a configuration the study holds."""
-    storage = storage_of(study)
     for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         if t.user_attrs.get("config_hash") == done.user_attrs.get("config_hash") and \
-                storage.set_trial_state_values(trial_id(t), TrialState.RUNNING):
-            tell(study, t, duplicate(done.number), "")
+                (taken := _take_waiting(study, t, {})) is not None:
+            tell(study, taken, duplicate(done.number), "")
 
 
 def log_trial(number: int, outcome: Outcome, params: dict[str, Any]) -> None:
@@ -254,13 +295,15 @@ def log_trial(number: int, outcome: Outcome, params: dict[str, Any]) -> None:
         log.warning("trial %d %s (%s) | %s", number, outcome.state.name, why, shown)
 
 
-def record_outcome(plan: Config, study: optuna.Study, trial: optuna.trial.Trial | FrozenTrial, outcome: Outcome,
-           out_dir: Path, attrs: dict[str, Any]) -> FrozenTrial:
+def record_outcome(plan: Config, study: optuna.Study, trial: FrozenTrial, outcome: Outcome, out_dir: Path,
+                   attrs: dict[str, Any]) -> FrozenTrial | None:
     """Record a claimed trial's outcome, with ``attrs`` (what every trial of the job carries: ``config_hash``,
     ``identity``, ...): told to the study (:func:`tell`), its re-queued copies retired once it is COMPLETE, one log
-    line, ``result.json`` in ``out_dir``."""
+    line, ``result.json`` in ``out_dir``. None, and nothing written, when the claim was taken over meanwhile."""
     outcome.attrs.update(attrs)
     done = tell(study, trial, outcome, plan.study.artifact_dir)
+    if done is None:
+        return None
     if done.state == TrialState.COMPLETE:
         retire_waiting(study, done)
     log_trial(done.number, outcome, done.params)
@@ -268,10 +311,10 @@ def record_outcome(plan: Config, study: optuna.Study, trial: optuna.trial.Trial 
     return done
 
 
-def run_claimed(plan: Config, study: optuna.Study, trial: optuna.trial.Trial | FrozenTrial, load: Load,
-                out_dir: Path, attrs: dict[str, Any], reuse: bool) -> tuple[FrozenTrial, Outcome]:
+def run_claimed(plan: Config, study: optuna.Study, trial: FrozenTrial, load: Load, out_dir: Path,
+                attrs: dict[str, Any], reuse: bool) -> tuple[FrozenTrial | None, Outcome]:
     """Measure a claimed trial while holding its claim (:func:`~recdiff.study.storage.holding`: heartbeats; an
-    interruption fails it and re-queues it), then record it."""
+    interruption fails it and re-queues it), then record it (None: the claim was taken over meanwhile)."""
     with holding(study, trial, plan.study.heartbeat_interval):
         outcome = measure(plan, study, load, out_dir, attrs, reuse)
     return record_outcome(plan, study, trial, outcome, out_dir, attrs), outcome

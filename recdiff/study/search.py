@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 
 from recdiff.study.identity import config_hash
 from recdiff.study.record import claim_asked, duplicate, find_duplicate, run_claimed, tell
-from recdiff.study.storage import fail_stale_trials
+from recdiff.study.storage import fail_stale_trials, storage_of, trial_id
 from recdiff.trial.outcome import Outcome, State
 
 if TYPE_CHECKING:
@@ -84,8 +84,9 @@ def run_search(plan: Config, study: optuna.Study, work: Any, job_dir: Path, iden
         if isinstance(study.sampler, optuna.samplers.GridSampler) and study.sampler.is_exhausted(study):
             log.info("grid exhausted after %d trials", done)
             return
-        trial = study.ask(space)
-        claim_asked(study, trial)
+        trial = claim_asked(study, study.ask(space))
+        if trial is None:   # failed as stale before it was claimed (this worker was away): re-queued for another
+            continue
         # Workers count, then ask: two may ask for the last place. The earlier-numbered trial keeps it.
         done, ahead = count_trials(study, before=trial.number)
         if done + ahead >= spec.n_trials:
@@ -95,8 +96,11 @@ def run_search(plan: Config, study: optuna.Study, work: Any, job_dir: Path, iden
             continue
         trial_plan = plan.with_sampler(**trial.params)
         attrs = {"config_hash": config_hash(trial_plan), "identity": identity}
-        for k, v in attrs.items():   # seen by other workers' duplicate checks from now on
-            trial.set_user_attr(k, v)
+        try:
+            for k, v in attrs.items():   # seen by other workers' duplicate checks from now on
+                storage_of(study).set_trial_user_attr(trial_id(trial), k, v)
+        except optuna.exceptions.UpdateFinishedTrialError:   # failed as stale meanwhile, as above
+            continue
         dup = find_duplicate(study, attrs["config_hash"], exclude=trial.number) if spec.skip_duplicates else None
         if dup is not None:
             duplicates_in_a_row += 1

@@ -6,25 +6,35 @@ modules. Recording a trial that ``study.ask`` did not create (a claimed grid con
 because its worker died or was interrupted) needs the storage API beneath them, so every such access is here, where
 an Optuna upgrade that moves them breaks one module.
 
-A RUNNING trial names its claimant (:mod:`~recdiff.study.claimant`) and sends heartbeats. The next worker that looks
-fails it (``fail_kind=worker_died``) once its claimant is gone from this machine, or else once its heartbeat is older
-than ``study.grace_period``, and re-queues it as a WAITING trial that carries what to run (params, ``config_hash``,
-``identity``) and nothing of how the failed attempt went.
+A RUNNING trial names its claimant (:mod:`~recdiff.study.claimant`), carries its claim's token and sends heartbeats.
+The next worker that looks fails it (``fail_kind=worker_died``) once its claimant is gone from this machine, or else
+once its heartbeat is older than ``study.grace_period``, and re-queues it as a WAITING trial that carries what to run
+(params, ``config_hash``, ``identity``) and nothing of how the failed attempt went.
+
+**Fencing.** Every end of a claimed trial (its holder's outcome, a stale claim failed by another worker, an interrupted
+one) is one atomic step, :func:`finish_claim`: the trial's attributes and its final state are written only if the trial
+is still RUNNING under the claim token the writer holds (or, for a worker failing a stale claim, the token it judged
+stale), in a database in one transaction that holds the trial's row lock, in a journal in one append under the
+journal's lock after reading it to its end. Of a paused holder and the worker that takes its claim over, exactly one
+ends the trial, and nothing of the other's is written on it.
 """
 
 from __future__ import annotations
 
 import copy
+import datetime
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 import threading
 import time
+import uuid
 import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import optuna
 from optuna.storages import BaseStorage, JournalStorage, RetryHeartbeatStaleTrialCallback
+from optuna.storages._cached_storage import _CachedStorage
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.storages.journal._file import get_lock_file
 from optuna.storages.journal._storage import JournalOperation
@@ -39,6 +49,7 @@ warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to b
 
 HEARTBEAT_ATTR = "recdiff:heartbeat"
 CLAIMANT_ATTR = "recdiff:claimant"   # the machine and process holding a RUNNING trial (recdiff.study.claimant)
+CLAIM_ATTR = "recdiff:claim"         # the token of the claim on a RUNNING trial: whoever ends the trial must hold it
 clock = time.time                    # heartbeats' clock (journal storage); tests replace it
 # What a retried trial inherits from the trial it retries: what to run, not how the attempt went.
 RETRY_KEEPS = ("config_hash", "identity")
@@ -60,6 +71,41 @@ def study_id(study: optuna.Study) -> int:
     return study._study_id
 
 
+def new_token() -> str:
+    """A claim's token: unique to one claim of one trial."""
+    return uuid.uuid4().hex
+
+
+def claim_token(trial: FrozenTrial) -> str | None:
+    return trial.system_attrs.get(CLAIM_ATTR)
+
+
+def _backend(storage: BaseStorage) -> BaseStorage:
+    """The storage beneath Optuna's cache (a database storage is wrapped in one)."""
+    return storage._backend if isinstance(storage, _CachedStorage) else storage
+
+
+def finish_claim(storage: BaseStorage, tid: int, token: str | None, state: TrialState,
+                 values: Sequence[float] | None, attrs: Mapping[str, Any]) -> bool:
+    """End a claimed trial: ``attrs`` (user attributes), then ``state`` and ``values``, written in one atomic step only
+    if the trial is still RUNNING under the claim ``token``; False (nothing written) when it is not: its claim was taken
+    over, or it ended otherwise. recdiff's journal and database storages do it atomically; any other storage checks,
+    then writes."""
+    inner = _backend(storage)
+    if hasattr(inner, "finish_held"):
+        return inner.finish_held(tid, token, state, values, dict(attrs))
+    trial = storage.get_trial(tid)
+    if trial.state != TrialState.RUNNING or claim_token(trial) != token:
+        return False
+    try:
+        for k, v in attrs.items():
+            storage.set_trial_user_attr(tid, k, v)
+        storage.set_trial_state_values(tid, state, values)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return False
+    return True
+
+
 class RetryStaleTrial(RetryHeartbeatStaleTrialCallback):
     """Optuna's retry callback, without the failed attempt's user attributes (``fail_reason``, measurements) or its
     last heartbeat, which would make the retry look stale before it starts."""
@@ -67,7 +113,8 @@ class RetryStaleTrial(RetryHeartbeatStaleTrialCallback):
     def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
         clean = copy.deepcopy(trial)
         clean.user_attrs = {k: v for k, v in trial.user_attrs.items() if k in RETRY_KEEPS}
-        clean.system_attrs = {k: v for k, v in trial.system_attrs.items() if k not in (HEARTBEAT_ATTR, CLAIMANT_ATTR)}
+        clean.system_attrs = {k: v for k, v in trial.system_attrs.items()
+                              if k not in (HEARTBEAT_ATTR, CLAIMANT_ATTR, CLAIM_ATTR)}
         super().__call__(study, clean)
 
 
@@ -105,6 +152,26 @@ class HeartbeatJournalStorage(JournalStorage, BaseHeartbeat):
     def get_heartbeat_stale_trial_callback(self) -> Any:
         return self._stale_callback
 
+    def finish_held(self, trial_id: int, token: str | None, state: TrialState, values: Sequence[float] | None,
+                    attrs: dict[str, Any]) -> bool:
+        """:func:`finish_claim` in one append: the journal is read to its end and the claim checked while the journal's
+        lock is held, so that no other process's record comes between the check and the write."""
+        done = datetime.datetime.now(tz=datetime.timezone.utc).isoformat(timespec="microseconds")
+        with self._thread_lock, self._backend.exclusive():
+            self._sync_with_backend()
+            trial = self._replay_result.get_trial(trial_id)
+            if trial.state != TrialState.RUNNING or claim_token(trial) != token:
+                return False
+            worker = self._replay_result.worker_id
+            logs = [{"op_code": JournalOperation.SET_TRIAL_USER_ATTR, "worker_id": worker, "trial_id": trial_id,
+                     "user_attr": {k: v}} for k, v in attrs.items()]
+            logs.append({"op_code": JournalOperation.SET_TRIAL_STATE_VALUES, "worker_id": worker,
+                         "trial_id": trial_id, "state": state, "values": None if values is None else list(values),
+                         "datetime_complete": done})
+            self._backend.append_logs(logs)
+            self._sync_with_backend()
+        return True
+
 
 def record_heartbeat(study: optuna.Study, trial: optuna.trial.Trial | FrozenTrial) -> None:
     storage = study._storage
@@ -131,9 +198,11 @@ def fail_stale_trials(study: optuna.Study) -> list[int]:
     failed = []
     for tid, reason in why.items():
         try:
-            storage.set_trial_user_attr(tid, "fail_kind", "worker_died")
-            storage.set_trial_user_attr(tid, "fail_reason", reason)
-            if storage.set_trial_state_values(tid, state=TrialState.FAIL):
+            # fenced on the claim judged stale: a holder that woke and recorded meanwhile, or another worker that
+            # failed it first, wins; then nothing is written here
+            token = claim_token(storage.get_trial(tid))
+            if finish_claim(storage, tid, token, TrialState.FAIL, None,
+                            {"fail_kind": "worker_died", "fail_reason": reason}):
                 failed.append(tid)
         except (optuna.exceptions.UpdateFinishedTrialError, RuntimeError, KeyError):
             continue   # another worker got there first
@@ -146,12 +215,14 @@ def fail_stale_trials(study: optuna.Study) -> list[int]:
     return failed
 
 
-def fail_interrupted(study: optuna.Study, trial: optuna.trial.Trial | FrozenTrial, reason: str = "interrupted") -> None:
-    """Ctrl-C / SIGTERM (or an error that stops the job) during a trial: FAIL it as interrupted and re-queue it."""
+def fail_interrupted(study: optuna.Study, trial: FrozenTrial, reason: str = "interrupted") -> None:
+    """Ctrl-C / SIGTERM (or an error that stops the job) during a trial: FAIL it as interrupted and re-queue it, if
+    this process still holds its claim."""
     storage, tid = study._storage, trial._trial_id
-    for k, v in {"fail_kind": "interrupted", "fail_reason": reason}.items():
-        storage.set_trial_user_attr(tid, k, v)
-    storage.set_trial_state_values(tid, TrialState.FAIL)
+    if not finish_claim(storage, tid, claim_token(trial), TrialState.FAIL, None,
+                        {"fail_kind": "interrupted", "fail_reason": reason}):
+        log.debug("trial %d: its claim was taken over; not failed here", trial.number)
+        return
     callback = getattr(storage, "get_heartbeat_stale_trial_callback", lambda: None)()
     if callback is not None:
         callback(study, copy.deepcopy(storage.get_trial(tid)))
@@ -193,7 +264,7 @@ def _stopped_by(err: BaseException) -> str:
 
 
 @contextmanager
-def holding(study: optuna.Study, trial: optuna.trial.Trial | FrozenTrial, interval: int) -> Iterator[None]:
+def holding(study: optuna.Study, trial: FrozenTrial, interval: int) -> Iterator[None]:
     """Heartbeats while a claimed trial is worked on. Whatever ends the work early (Ctrl-C, SIGTERM, an error that
     stops the job) fails the trial as interrupted and re-queues it; where the storage cannot take even that (lost,
     full), the trial stays RUNNING, and the next worker finds its claimant gone."""

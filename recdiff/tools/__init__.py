@@ -3,6 +3,8 @@
 - ``python -m recdiff.tools.train``: the embedded model's training recipe (``conf/train/``), reading its data
   through :mod:`~recdiff.tools.train_data`
 - ``python -m recdiff.tools.evaluate_embedded``: an embedded model's model-card tables
+- ``python -m recdiff.tools.soak``: a sweep of N workers under a seeded fault schedule (kills, pauses, database
+  restarts, an interrupt), then the exactly-once verdict (:mod:`~recdiff.tools.soak`)
 - ``python -m recdiff.tools.sampler_docs``: docs/samplers.md and the names table of docs/architecture.md, from the
   samplers' parameter declarations (``recdiff/params.py``)
 - :mod:`~recdiff.tools.bench` (run as ``python -m recdiff.bench``): tokens/s of every sampler, paired against the

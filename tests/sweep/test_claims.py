@@ -254,6 +254,9 @@ def test_an_outcome_told_after_another_worker_failed_the_trial_leaves_what_that_
     study = open_(plan)
     trial = rs.claim_trial(study, plan.grid_params(), {"config_hash": rs.config_hash(plan)})
     rs.storage_of(study).set_trial_state_values(trial._trial_id, TrialState.FAIL)   # found stale by another worker
-    done = rs.tell(open_(plan), trial, Outcome(State.COMPLETE, [0.5, 5.0], {"n_samples": 1}, []), "")
+    assert rs.tell(open_(plan), trial, Outcome(State.COMPLETE, [0.5, 5.0], {"n_samples": 1}, []), "") is None
+    done = open_(plan).get_trials()[0]
     assert done.state == TrialState.FAIL and done.values is None and "n_samples" not in done.user_attrs
-    assert f"trial {trial.number} was finished by another worker meanwhile (FAIL)" in caplog.text
+    assert (f"trial {trial.number}: this worker's claim was taken over while it was away (stopped, or cut off from the "
+            "storage, for longer than study.grace_period): the trial is FAIL; this worker's COMPLETE result is "
+            "dropped") in caplog.text

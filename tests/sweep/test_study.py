@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 
 import recdiff.trial
 from recdiff import study as rs
-from recdiff.errors import RecdiffError
+from recdiff.errors import RecdiffError, SweepStopped
 from recdiff.trial import TrialResult, TrialTimeout
 
 from .conftest import compose_plan
@@ -231,8 +231,10 @@ def test_storage_urls(tmp_path):
     assert s.get_heartbeat_interval() == 10
     with pytest.raises(RecdiffError, match="unknown storage"):
         rs.open_storage("redis://localhost/0")
-    with pytest.raises(RecdiffError, match="cannot open storage"):
-        rs.open_storage("postgresql://nobody@127.0.0.1:1/none")
+    # nothing answers: an outage, waited for up to the grace period, then one line (exit 1, not bad input)
+    with pytest.raises(SweepStopped, match=r"^storage postgresql://nobody@127.0.0.1:1/none unreachable for 1 s \("
+                                           r"connection to server .* failed: Connection refused\): the sweep stopped"):
+        rs.open_storage("postgresql://nobody@127.0.0.1:1/none", grace_period=1)
 
 
 def test_existing_study_with_other_directions_is_refused(tmp_path):
