@@ -92,6 +92,7 @@ class StudyConfig:
     space: Dict[str, ParamSpace] = field(default_factory=dict)
     seed: Optional[int] = None            # Optuna sampler seed
     population_size: int = 8              # NSGA-II
+    startup_trials: Optional[int] = None  # TPE, GP: random trials before the model (null: Optuna's default, 10)
     skip_duplicates: bool = True          # an identical configuration already COMPLETE is not re-run
     # grid mode: a configuration COMPLETE in another study of the storage under the same identity is copied, not re-run
     reuse: bool = True
@@ -111,6 +112,8 @@ class StudyConfig:
                                f"{self.heartbeat_interval}, or live trials would count as dead")
         if self.max_retry < 0:
             raise RecdiffError(f"study.max_retry={self.max_retry} must be >= 0")
+        if self.startup_trials is not None and self.startup_trials < 0:
+            raise RecdiffError(f"study.startup_trials={self.startup_trials} must be >= 0 (or null: Optuna's default)")
         if self.mode == Mode.search and self.n_trials < 1:
             raise RecdiffError(f"study.n_trials={self.n_trials} must be >= 1")
         directions = [str(d) for d in self.directions]
@@ -148,6 +151,7 @@ class RunConfig:
     repeats: int = 3                      # rounds of paired timing: each timed problem, sampler then reference
     reference: str = DEFAULT_REFERENCE    # the sampler every speed-up is timed against, in the same rounds
     timing_threads: Optional[int] = DEFAULT_TIMING_THREADS   # torch threads while timing (null = the job's threads)
+    timing_batch: int = 1                 # sequences per timed call: 1 = the paper's tokens/s; B = a batch's throughput
     warmup: int = 1                       # untimed generate calls before measuring
     n_traces: int = 2                     # samples whose diffusion trace is saved (stability pictures)
     timeout_s: Optional[float] = None     # per trial; the trial is FAIL when it runs longer
@@ -177,6 +181,9 @@ class RunConfig:
                                "an interval needs two)")
         if self.timing_threads is not None and self.timing_threads < 1:
             raise RecdiffError(f"run.timing_threads={self.timing_threads!r} must be >= 1 (or null: the job's threads)")
+        if not is_int(self.timing_batch) or self.timing_batch < 1:
+            raise RecdiffError(f"run.timing_batch={self.timing_batch!r} must be an integer >= 1 (sequences per timed "
+                               "call; 1 = batch-1 tokens/s)")
         self.reference_sampler()
 
     def reference_sampler(self) -> SamplerParams:
