@@ -1,0 +1,176 @@
+"""The choice: the fastest feasible setting, ties broken towards the paper's defaults; whether it beats the defaults
+on the held-out slice; the closing table. Plain functions over measured trials (no model, no storage).
+
+- **Feasible**: accuracy at or above the lower end of the reference's 95% interval on the same slice (static AR at
+  r=32, ``run.reference``), so that the accuracy lies within the reference's interval or above it. The search records
+  it as Optuna's constraint (``Trial.set_constraint``, :func:`constraint`: ≤ 0 is feasible).
+- **Fastest**: the largest paired speed-up over the reference (each trial timed against it in the same rounds).
+- **Ties**: every feasible setting whose speed-up interval reaches the fastest one's. Among them the one closest to
+  the paper's defaults wins: fewest knobs changed, then the smallest change, each knob's range counted as 1 (log
+  ranges on their logarithm).
+- **A gain** (the patience's clock): a feasible setting faster than the best so far beyond its interval.
+- **The verdict**: the choice replaces the defaults only when, on the held-out slice, its accuracy stays feasible and
+  its speed-up interval lies wholly above the defaults' interval.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One trial's numbers: its paired speed-up over the reference and its accuracy, each with its 95% interval."""
+
+    number: int
+    params: dict[str, Any]
+    speedup: float
+    speedup_lo: float
+    speedup_hi: float
+    accuracy: float
+    accuracy_lo: float
+    accuracy_hi: float
+    seconds: float | None = None          # how long the trial took
+
+    @classmethod
+    def of(cls, trial: FrozenTrial) -> Measured | None:
+        """A COMPLETE trial with a paired speed-up; None for any other."""
+        a = trial.user_attrs
+        if trial.state != TrialState.COMPLETE or trial.values is None or a.get("speedup") is None:
+            return None
+        params = {k: v for k, v in trial.params.items() if k not in ("sampler", "benchmark")}
+        return cls(trial.number, params, float(a["speedup"]), float(a["speedup_lo"]), float(a["speedup_hi"]),
+                   float(trial.values[0]), float(a["accuracy_low"]), float(a["accuracy_high"]),
+                   trial.duration.total_seconds() if trial.duration is not None else None)
+
+    def speed(self) -> str:
+        return f"{self.speedup:.2f}x [{self.speedup_lo:.2f}, {self.speedup_hi:.2f}]"
+
+    def acc(self) -> str:
+        return f"{self.accuracy:.3f} [{self.accuracy_lo:.3f}, {self.accuracy_hi:.3f}]"
+
+
+def constraint(accuracy: float, floor: float) -> float:
+    """Optuna's constraint value of a trial (≤ 0: feasible): how far its accuracy lies below ``floor``, the lower end
+    of the reference's interval."""
+    return floor - accuracy
+
+
+def feasible(m: Measured, floor: float) -> bool:
+    return constraint(m.accuracy, floor) <= 0
+
+
+def ties(m: Measured, fastest: Measured) -> bool:
+    """Whether ``m``'s speed-up interval reaches the fastest one's: the two cannot be told apart."""
+    return m.speedup_hi >= fastest.speedup_lo
+
+
+def _position(dist: BaseDistribution, value: Any) -> float:
+    low, high, log = dist.low, dist.high, getattr(dist, "log", False)
+    if log:
+        low, high, value = math.log(low), math.log(high), math.log(value)
+    return (value - low) / (high - low) if high > low else 0.0
+
+
+def change(params: Mapping[str, Any], defaults: Mapping[str, Any],
+           space: Mapping[str, BaseDistribution]) -> tuple[int, float]:
+    """How far a setting lies from the defaults: (knobs changed, the sum of their changes, each knob's range = 1)."""
+    changed, size = 0, 0.0
+    for key, value in params.items():
+        if key not in defaults or value == defaults[key]:
+            continue
+        changed += 1
+        dist = space.get(key)
+        if dist is None or isinstance(dist, CategoricalDistribution):
+            size += 1.0
+        else:
+            size += abs(_position(dist, value) - _position(dist, defaults[key]))
+    return changed, size
+
+
+def knee(trials: Sequence[Measured], floor: float, defaults: Mapping[str, Any],
+         space: Mapping[str, BaseDistribution]) -> Measured | None:
+    """The fastest feasible setting, among those tied with it the one closest to the defaults; None when no trial is
+    feasible."""
+    ok = [m for m in trials if feasible(m, floor)]
+    if not ok:
+        return None
+    fastest = max(ok, key=lambda m: (m.speedup, -m.number))
+    return min((m for m in ok if ties(m, fastest)),
+               key=lambda m: (*change(m.params, defaults, space), -m.speedup, m.number))
+
+
+def runners_up(trials: Sequence[Measured], floor: float, chosen: Measured | None, k: int) -> list[Measured]:
+    """The ``k`` fastest feasible settings after the chosen one."""
+    others = [m for m in trials if feasible(m, floor) and (chosen is None or m.number != chosen.number)]
+    return sorted(others, key=lambda m: (-m.speedup, m.number))[:k]
+
+
+def since_gain(counted: Sequence[Measured | None], floor: float) -> int:
+    """Counted trials (in the order they ran; None for one without a speed-up: failed, invalid) since the last gain:
+    a feasible setting faster than the best before it beyond that one's interval."""
+    best: Measured | None = None
+    since = 0
+    for m in counted:
+        if m is not None and feasible(m, floor) and (best is None or m.speedup > best.speedup_hi):
+            best, since = m, 0
+        else:
+            since += 1
+    return since
+
+
+@dataclass(frozen=True)
+class Verdict:
+    keep: bool           # True: the chosen setting; False: the paper's defaults are kept
+    reason: str
+
+
+def judge(chosen: Measured, defaults: Measured, floor: float, is_defaults: bool) -> Verdict:
+    """The choice against the paper's defaults, both measured on the held-out slice (``floor``: the lower end of the
+    reference's accuracy interval there)."""
+    if is_defaults:
+        return Verdict(False, "the fastest feasible setting of the search is the paper's defaults, or ties with a "
+                              "setting closer to them: the defaults are kept")
+    if not feasible(chosen, floor):
+        return Verdict(False, f"on the held-out slice the chosen setting's accuracy {chosen.accuracy:.3f} lies below "
+                              f"the reference's interval (from {floor:.3f}): the defaults are kept")
+    if chosen.speedup_lo <= defaults.speedup_hi:
+        return Verdict(False, f"nothing beats the paper's defaults beyond the intervals on the held-out slice (chosen "
+                              f"{chosen.speed()}, defaults {defaults.speed()}): the defaults are kept")
+    return Verdict(True, f"the chosen setting beats the paper's defaults beyond the intervals on the held-out slice "
+                         f"({chosen.speed()} against {defaults.speed()}), at an accuracy within the reference's "
+                         "interval or above it")
+
+
+def settings_text(params: Mapping[str, Any], defaults: Mapping[str, Any]) -> str:
+    """The knobs that differ from the defaults, ``key=value`` (floats to 3 significant digits)."""
+    def shown(v: Any) -> str:
+        return f"{v:.3g}" if isinstance(v, float) else str(v)
+    changed = [f"{k}={shown(v)}" for k, v in params.items() if k in defaults and v != defaults[k]]
+    return " ".join(changed) or "(the paper's defaults)"
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    slice: str            # held-out | searched
+    measured: Measured
+    settings: str
+
+
+def table(rows: Sequence[Row], reference: str) -> str:
+    """Aligned text: one row per setting, its paired speed-up over the reference and its accuracy, each with its 95%
+    interval, and the knobs it changes."""
+    head = ["setting", "trial", "slice", f"speed-up vs {reference} [95% CI]", "accuracy [95% CI]", "knobs changed"]
+    body = [[r.label, str(r.measured.number), r.slice, r.measured.speed(), r.measured.acc(), r.settings]
+            for r in rows]
+    widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
+    right = {1, 3, 4}
+    return "\n".join("  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in
+                               enumerate(zip(line, widths))).rstrip() for line in [head, *body])

@@ -1,0 +1,109 @@
+"""The choice on hand-made trials: feasibility against the reference's interval, the knee with ties broken towards the
+paper's defaults, runners-up, the patience's clock, the verdict on the held-out slice and the closing table."""
+
+from __future__ import annotations
+
+import datetime
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState
+
+from recdiff.tune.choice import (Measured, Row, change, constraint, feasible, judge, knee, runners_up, since_gain,
+                                 table)
+
+SPACE = {"r_inner": IntDistribution(1, 32, log=True), "epsilon": FloatDistribution(0.001, 0.3, log=True),
+         "eta": FloatDistribution(0.0, 0.9), "beta_schedule": CategoricalDistribution(["constant", "linear"])}
+PAPER = {"r_inner": 4, "epsilon": 0.03, "eta": 0.1, "beta_schedule": "linear"}
+FLOOR = 0.926   # the reference's (static r=32, 48/48) Wilson lower bound
+
+
+def m(number: int, speedup: float, half: float = 0.1, accuracy: float = 1.0, **params) -> Measured:
+    return Measured(number, {**PAPER, **params}, speedup, speedup - half, speedup + half, accuracy,
+                    max(0.0, accuracy - 0.07), 1.0)
+
+
+def test_feasible_means_accuracy_at_or_above_the_reference_lower_bound():
+    assert feasible(m(0, 3.0, accuracy=FLOOR), FLOOR) and constraint(FLOOR, FLOOR) == 0
+    assert not feasible(m(0, 3.0, accuracy=0.9), FLOOR)
+    assert constraint(0.9, FLOOR) == pytest.approx(0.026)   # Optuna's value: > 0 is infeasible
+    assert constraint(1.0, FLOOR) < 0
+
+
+def test_the_knee_is_the_fastest_feasible_setting():
+    trials = [m(0, 3.0), m(1, 4.2, r_inner=1), m(2, 3.6, r_inner=2), m(3, 9.0, accuracy=0.5, r_inner=1)]
+    assert knee(trials, FLOOR, PAPER, SPACE).number == 1          # trial 3 is faster, but infeasible
+    assert knee([m(3, 9.0, accuracy=0.5)], FLOOR, PAPER, SPACE) is None
+    assert knee([], FLOOR, PAPER, SPACE) is None
+
+
+def test_a_tie_goes_to_the_paper_defaults():
+    # trial 1's interval [3.95, 4.15] reaches the fastest's [4.0, 4.2]: tied, and the defaults themselves win
+    assert knee([m(0, 4.05), m(1, 4.1, r_inner=1)], FLOOR, PAPER, SPACE).number == 0
+    # apart: the faster one wins although it changes a knob
+    assert knee([m(0, 3.0), m(1, 4.1, r_inner=1)], FLOOR, PAPER, SPACE).number == 1
+
+
+def test_among_ties_fewer_knobs_changed_then_smaller_changes_win():
+    one_knob = m(1, 4.0, r_inner=1)
+    two_knobs = m(2, 4.1, r_inner=1, eta=0.2)
+    small = m(3, 4.05, eta=0.15)                  # one knob, closer to the default than r_inner 4 → 1
+    assert knee([one_knob, two_knobs], FLOOR, PAPER, SPACE).number == 1
+    assert knee([one_knob, two_knobs, small], FLOOR, PAPER, SPACE).number == 3
+    # r_inner's range is logarithmic: 4 → 2 is one step of five (log2 32), i.e. 0.2 of its range
+    assert change({**PAPER, "r_inner": 2}, PAPER, SPACE) == (1, pytest.approx(0.2))
+    assert change({**PAPER, "beta_schedule": "constant"}, PAPER, SPACE) == (1, 1.0)
+    assert change(PAPER, PAPER, SPACE) == (0, 0.0)
+
+
+def test_an_infeasible_trial_never_ties_and_runners_up_are_feasible_and_fastest_first():
+    trials = [m(0, 3.0), m(1, 4.1, r_inner=1), m(2, 4.15, accuracy=0.8, r_inner=1, eta=0.5), m(3, 3.5, r_inner=2),
+              m(4, 2.0, r_inner=8)]
+    chosen = knee(trials, FLOOR, PAPER, SPACE)
+    assert chosen.number == 1
+    assert [r.number for r in runners_up(trials, FLOOR, chosen, 2)] == [3, 0]
+    assert [r.number for r in runners_up(trials, FLOOR, chosen, 10)] == [3, 0, 4]
+
+
+def test_patience_counts_trials_since_a_gain_beyond_the_interval():
+    history = [m(0, 3.0), None, m(2, 3.05), m(3, 3.5), m(4, 9.0, accuracy=0.5), m(5, 3.55)]
+    # trial 2 is within trial 0's interval (no gain); trial 3 beats 3.1; then an infeasible one and a tie
+    assert since_gain(history, FLOOR) == 2
+    assert since_gain([], FLOOR) == 0
+    assert since_gain([None, None], FLOOR) == 2
+    assert since_gain([m(0, 3.0, accuracy=0.5)], FLOOR) == 1
+
+
+def test_the_verdict_keeps_the_defaults_unless_the_choice_beats_them_beyond_the_intervals():
+    defaults = m(10, 3.3)
+    assert judge(m(11, 4.2), defaults, FLOOR, is_defaults=False).keep
+    overlapping = judge(m(11, 3.45), defaults, FLOOR, is_defaults=False)
+    assert not overlapping.keep and "nothing beats the paper's defaults beyond the intervals" in overlapping.reason
+    worse = judge(m(11, 4.2, accuracy=0.9), defaults, FLOOR, is_defaults=False)
+    assert not worse.keep and "below the reference's interval" in worse.reason
+    assert not judge(defaults, defaults, FLOOR, is_defaults=True).keep
+
+
+def test_measured_reads_a_complete_trial_and_nothing_else():
+    start = datetime.datetime(2026, 1, 1)
+    attrs = {"speedup": 4.0, "speedup_lo": 3.9, "speedup_hi": 4.1, "accuracy_low": 0.93, "accuracy_high": 1.0}
+    done = optuna.trial.create_trial(state=TrialState.COMPLETE, values=[1.0, 80.0], params={"r_inner": 1},
+                                     distributions={"r_inner": SPACE["r_inner"]}, user_attrs=attrs)
+    done.datetime_start, done.datetime_complete = start, start + datetime.timedelta(seconds=12)
+    got = Measured.of(done)
+    assert (got.speedup, got.speedup_lo, got.accuracy, got.accuracy_lo, got.params, got.seconds) == \
+        (4.0, 3.9, 1.0, 0.93, {"r_inner": 1}, 12.0)
+    failed = optuna.trial.create_trial(state=TrialState.FAIL, params={}, distributions={})
+    unpaired = optuna.trial.create_trial(state=TrialState.COMPLETE, values=[1.0, 80.0],
+                                         user_attrs={"accuracy_low": 0.9, "accuracy_high": 1.0})
+    assert Measured.of(failed) is None and Measured.of(unpaired) is None
+
+
+def test_the_table_shows_each_number_with_its_interval():
+    text = table([Row("chosen", "held-out", m(3, 4.21, half=0.08), "r_inner=1"),
+                  Row("static r=32 = reference", "held-out", m(0, 1.0, half=0.03), "")], "static r=32")
+    head, chosen, ref = text.splitlines()
+    assert "speed-up vs static r=32 [95% CI]" in head and "accuracy [95% CI]" in head
+    assert "4.21x [4.13, 4.29]" in chosen and "1.000 [0.930, 1.000]" in chosen and chosen.endswith("r_inner=1")
+    assert "1.00x [0.97, 1.03]" in ref
