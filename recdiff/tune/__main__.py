@@ -68,7 +68,7 @@ def tune(argv: list[str], start: float) -> int:
                            "the same command again to continue the search (a larger tune.time_budget_s)")
     is_defaults = chosen.params == paper
     chosen_sampler = plan.with_sampler(**chosen.params).sampler
-    say(f"chosen: trial {chosen.number} {chosen.speed()} ({settings_text(chosen.params, paper)}); confirming on the "
+    say(f"chosen: trial {chosen.number} {chosen.speed()}, {settings_text(chosen.params, paper)}; confirming on the "
         "held-out slice")
     held = confirm(t, chosen_sampler, say)
     verdict = judge(held["chosen"], held["defaults"], held["reference"].accuracy_lo, is_defaults)

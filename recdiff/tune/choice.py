@@ -135,8 +135,8 @@ def judge(chosen: Measured, defaults: Measured, floor: float, is_defaults: bool)
     """The choice against the paper's defaults, both measured on the held-out slice (``floor``: the lower end of the
     reference's accuracy interval there)."""
     if is_defaults:
-        return Verdict(False, "the fastest feasible setting of the search is the paper's defaults, or ties with a "
-                              "setting closer to them: the defaults are kept")
+        return Verdict(False, "no feasible setting of the search was faster than the paper's defaults beyond the "
+                              "intervals: the defaults are kept")
     if not feasible(chosen, floor):
         return Verdict(False, f"on the held-out slice the chosen setting's accuracy {chosen.accuracy:.3f} lies below "
                               f"the reference's interval (from {floor:.3f}): the defaults are kept")

@@ -102,7 +102,7 @@ class TunePlan:
 
     def holdout(self, sampler: SamplerParams) -> Config:
         """``sampler`` on the held-out slice, timed in ``tune.holdout_repeats`` rounds (default: ``run.repeats``). The
-        reference is timed against itself (speed-up 1 by definition) in the fewest rounds: its accuracy is what counts."""
+        reference is timed against itself (speed-up 1 by definition) in the fewest rounds: its accuracy counts."""
         if sampler == self.search.run.reference_sampler():
             return self.grid(sampler, "holdout", self.holdout_benchmark(), speed_samples=1, repeats=2)
         return self.grid(sampler, "holdout", self.holdout_benchmark(), repeats=self.holdout_repeats)

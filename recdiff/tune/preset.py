@@ -99,9 +99,9 @@ def provenance(name: str, device: str, model: str, weights: str | None, dtype: s
                benchmark: str, held_out: str, study: str, result: str) -> Provenance:
     import torch
 
-    return Provenance(name=name, device=device_label(device), torch=str(torch.__version__), model=model, weights=weights,
-                      dtype=dtype, batch_size=batch, benchmark=benchmark, held_out=held_out, study=study,
-                      date=datetime.date.today().isoformat(), result=result)
+    return Provenance(name=name, device=device_label(device), torch=str(torch.__version__), model=model,
+                      weights=weights, dtype=dtype, batch_size=batch, benchmark=benchmark, held_out=held_out,
+                      study=study, date=datetime.date.today().isoformat(), result=result)
 
 
 # ------------------------------------------------------------------------------------------------ reading

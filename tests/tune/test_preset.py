@@ -21,6 +21,7 @@ from recdiff.errors import RecdiffError
 from recdiff.params import DiffusionParams, Provenance
 from recdiff.schema import make_plan
 from recdiff.study.identity import config_hash
+from tests.sweep.conftest import requires_fixture
 from recdiff.tune.preset import (PresetWarning, device_label, load_preset, mismatch, read_preset, settings,
                                  write_preset)
 
@@ -129,3 +130,21 @@ def test_load_preset_with_a_model_warns_when_it_runs_elsewhere(tmp_path):
     elsewhere = write_preset(tmp_path / "q.yaml", settings(tuned(), SEARCHED), WHERE, "")
     with pytest.warns(PresetWarning, match=r"device cpu \(.*\), tuned on cpu \(Some CPU\)"):
         load_preset(elsewhere, model=model)
+
+
+@requires_fixture
+def test_a_sweep_with_a_preset_tuned_elsewhere_warns_in_one_line(tmp_path):
+    from tests.sweep.conftest import TINY, run_sweep
+
+    tuned_dir = REPO / "conf" / "sampler" / "tuned"
+    path = tuned_dir / f"test-elsewhere-{tmp_path.name}.yaml"
+    write_preset(path, settings(DiffusionParams(r=4, r_inner=2), SEARCHED), WHERE, "")
+    try:
+        proc = run_sweep([*TINY, f"sampler=tuned/{path.stem}", f"study.storage={tmp_path}/j.log",
+                          f"study.artifact_dir={tmp_path}/art", f"hydra.run.dir={tmp_path}/run"])
+    finally:
+        path.unlink()
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "is used elsewhere than it was tuned" in ln]
+    assert len(lines) == 1
+    assert f"device {device_label('cpu')}, tuned on cpu (Some CPU)" in lines[0]
+    assert "tuned with recdiff/assets/embedded (weights abc123)" in lines[0]      # the fixture's weights differ

@@ -37,8 +37,9 @@ def fake_run_trial(calls: list):
         else:
             speed, acc = 8 / (s.r_inner + 1), 0.5 if s.epsilon > 0.1 else 1.0
         Path(output_dir).mkdir(parents=True, exist_ok=True)
-        attrs = dict(accuracy_low={1.0: 0.93, 0.5: 0.43}[acc], accuracy_high=1.0, n_samples=48, output_dir=str(output_dir),
-                     speedup=speed, speedup_lo=speed * 0.97, speedup_hi=speed * 1.03, timing_batch=run.timing_batch)
+        attrs = dict(accuracy_low={1.0: 0.93, 0.5: 0.43}[acc], accuracy_high=1.0, n_samples=48,
+                     output_dir=str(output_dir), speedup=speed, speedup_lo=speed * 0.97, speedup_hi=speed * 1.03,
+                     timing_batch=run.timing_batch)
         return TrialResult(accuracy=acc, tokens_per_s=30 * speed, attrs=attrs)
 
     return run
