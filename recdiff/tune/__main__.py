@@ -34,7 +34,7 @@ def tune(argv: list[str], start: float) -> int:
     from recdiff.params import sampler_text
     from recdiff.study.resources import thread_budget
     from recdiff.tune.budget import Budget
-    from recdiff.tune.choice import Measured, Row, judge, knee, runners_up, settings_text, table
+    from recdiff.tune.choice import Measured, Row, choose, feasible, judge, runners_up, settings_text, table
     from recdiff.tune.confirm import confirm
     from recdiff.tune.plan import compose
     from recdiff.tune.preset import device_label, provenance, settings, write_preset
@@ -59,26 +59,27 @@ def tune(argv: list[str], start: float) -> int:
         f">= {floor:.3f} | {budget.shown()}")
     say(f"search ended: {search(t, ref, floor, say)}")
 
-    space = plan.search_space()
-    paper = {k: v for k, v in tp.defaults().params().items() if k in space}
+    space, paper = plan.search_space(), tp.paper()
     trials = [m for m in measured(counted(t.search)) if m is not None]
-    chosen = knee(trials, floor, paper, space)
-    if chosen is None:
+    chosen = choose(trials, floor, paper, space)
+    own = next((m for m in trials if m.params == paper), None)   # the defaults' trial on the searched slice
+    if chosen is None and not any(feasible(m, floor) for m in trials):
         raise SweepStopped(f"study {plan.study.name}: no feasible setting among {len(trials)} measured trials: run "
                            "the same command again to continue the search (a larger tune.time_budget_s)")
-    is_defaults = chosen.params == paper
-    chosen_sampler = plan.with_sampler(**chosen.params).sampler
-    say(f"chosen: trial {chosen.number} {chosen.speed()}, {settings_text(chosen.params, paper)}; confirming on the "
-        "held-out slice")
+    is_defaults = chosen is None
+    chosen_sampler = tp.defaults() if chosen is None else plan.with_sampler(**chosen.params).sampler
+    say("chosen: the paper's defaults (no feasible setting was faster)" if chosen is None else
+        f"chosen: trial {chosen.number} {chosen.speed()}, {settings_text(chosen.params, paper)}")
+    say("confirming on the held-out slice")
     held = confirm(t, chosen_sampler, say)
     verdict = judge(held["chosen"], held["defaults"], held["reference"].accuracy_lo, is_defaults)
 
-    rows = [] if is_defaults else [Row("chosen", "held-out", held["chosen"], settings_text(chosen.params, paper))]
+    rows = [] if chosen is None else [Row("chosen", "held-out", held["chosen"], settings_text(chosen.params, paper))]
     rows += [Row("paper defaults" + (" = chosen" if is_defaults else ""), "held-out", held["defaults"],
                  settings_text(paper, paper)),
              Row(f"{reference} = reference", "held-out", held["reference"], "")]
     rows += [Row("runner-up", "searched", m, settings_text(m.params, paper))
-             for m in runners_up(trials, floor, chosen, opts.runners_up)]
+             for m in runners_up(trials, floor, [chosen, own], opts.runners_up)]
     print(f"\n{plan.study.name}: {len(trials)} trials measured, {sum(m.accuracy >= floor for m in trials)} feasible; "
           f"searched {_slice(t.identity)}, held-out {_slice(t.holdout_identity)}")
     print(table(rows, reference) + "\n", flush=True)

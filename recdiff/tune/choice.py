@@ -5,12 +5,15 @@ on the held-out slice; the closing table. Plain functions over measured trials (
   r=32, ``run.reference``), so that the accuracy lies within the reference's interval or above it. The search records
   it as Optuna's constraint (``Trial.set_constraint``, :func:`constraint`: ≤ 0 is feasible).
 - **Fastest**: the largest paired speed-up over the reference (each trial timed against it in the same rounds).
-- **Ties**: every feasible setting whose speed-up interval reaches the fastest one's. Among them the one closest to
-  the paper's defaults wins: fewest knobs changed, then the smallest change, each knob's range counted as 1 (log
-  ranges on their logarithm).
-- **A gain** (the patience's clock): a feasible setting faster than the best so far beyond its interval.
+- **The knee**: the fastest feasible setting; every feasible setting whose speed-up interval reaches the fastest
+  one's is tied with it, and among the tied the one closest to the paper's defaults wins: fewest knobs changed, then
+  the smallest change, each knob's range counted as 1 (log ranges on their logarithm).
+- **The choice** (:func:`choose`): the knee of the settings other than the defaults, when it is faster than the
+  defaults' own trial; it goes to the held-out slice beside them. A single noisy trial of the defaults (a wide
+  interval that every setting reaches) so does not end the question before the held-out slice answers it.
+- **A gain** (the patience's clock): a feasible setting faster than the best so far beyond its own interval.
 - **The verdict**: the choice replaces the defaults only when, on the held-out slice, its accuracy stays feasible and
-  its speed-up interval lies wholly above the defaults' interval.
+  its speed-up interval lies wholly above the defaults' interval: a last tie goes to the defaults.
 """
 
 from __future__ import annotations
@@ -106,19 +109,31 @@ def knee(trials: Sequence[Measured], floor: float, defaults: Mapping[str, Any],
                key=lambda m: (*change(m.params, defaults, space), -m.speedup, m.number))
 
 
-def runners_up(trials: Sequence[Measured], floor: float, chosen: Measured | None, k: int) -> list[Measured]:
-    """The ``k`` fastest feasible settings after the chosen one."""
-    others = [m for m in trials if feasible(m, floor) and (chosen is None or m.number != chosen.number)]
+def choose(trials: Sequence[Measured], floor: float, defaults: Mapping[str, Any],
+           space: Mapping[str, BaseDistribution]) -> Measured | None:
+    """The setting to confirm beside the defaults: the knee of the feasible settings other than the defaults; None
+    when there is none, or when it is not faster than the defaults' own feasible trial."""
+    paper = next((m for m in trials if m.params == dict(defaults)), None)
+    best = knee([m for m in trials if m.params != dict(defaults)], floor, defaults, space)
+    if best is None or (paper is not None and feasible(paper, floor) and best.speedup <= paper.speedup):
+        return None
+    return best
+
+
+def runners_up(trials: Sequence[Measured], floor: float, shown: Sequence[Measured | None], k: int) -> list[Measured]:
+    """The ``k`` fastest feasible settings after those ``shown`` already (the choice, the defaults)."""
+    skip = {m.number for m in shown if m is not None}
+    others = [m for m in trials if feasible(m, floor) and m.number not in skip]
     return sorted(others, key=lambda m: (-m.speedup, m.number))[:k]
 
 
 def since_gain(counted: Sequence[Measured | None], floor: float) -> int:
-    """Counted trials (in the order they ran; None for one without a speed-up: failed, invalid) since the last gain:
-    a feasible setting faster than the best before it beyond that one's interval."""
+    """Trials (in the order they ran; None for one without a speed-up: it failed) since the last gain: a feasible
+    setting faster than the best before it beyond its own interval."""
     best: Measured | None = None
     since = 0
     for m in counted:
-        if m is not None and feasible(m, floor) and (best is None or m.speedup > best.speedup_hi):
+        if m is not None and feasible(m, floor) and (best is None or m.speedup_lo > best.speedup):
             best, since = m, 0
         else:
             since += 1
@@ -135,8 +150,8 @@ def judge(chosen: Measured, defaults: Measured, floor: float, is_defaults: bool)
     """The choice against the paper's defaults, both measured on the held-out slice (``floor``: the lower end of the
     reference's accuracy interval there)."""
     if is_defaults:
-        return Verdict(False, "no feasible setting of the search was faster than the paper's defaults beyond the "
-                              "intervals: the defaults are kept")
+        return Verdict(False, "no feasible setting of the search was faster than the paper's defaults: the defaults "
+                              "are kept")
     if not feasible(chosen, floor):
         return Verdict(False, f"on the held-out slice the chosen setting's accuracy {chosen.accuracy:.3f} lies below "
                               f"the reference's interval (from {floor:.3f}): the defaults are kept")

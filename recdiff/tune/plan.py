@@ -117,6 +117,10 @@ class TunePlan:
         paper = {f.name: f.default for f in DiffusionParams.declared() if f.name in searched}
         return dataclasses.replace(self.search.sampler, **paper, preset=None)
 
+    def paper(self) -> dict[str, Any]:
+        """The paper's defaults of the searched knobs, as a searched trial's parameters."""
+        return {k: v for k, v in self.defaults().params().items() if k in self.search.study.search}
+
     def preset_name(self) -> str:
         return self.options.name or f"{self.search.model.name}-{device_slug(self.device)}-b{self.batch}"
 

@@ -33,7 +33,7 @@ from recdiff.study.storage import fail_stale_trials, holding
 from recdiff.trial.deadline import TrialTimeout, deadline
 from recdiff.trial.outcome import State
 from recdiff.tune.budget import Budget, confirmation_s, next_trial_s
-from recdiff.tune.choice import Measured, constraint, feasible, knee, settings_text, since_gain
+from recdiff.tune.choice import Measured, choose, constraint, feasible, settings_text, since_gain
 from recdiff.tune.plan import TunePlan
 
 Say = Callable[[str], None]
@@ -99,8 +99,7 @@ def first_trials(tp: TunePlan) -> list[dict[str, Any]]:
     the setting that changes least."""
     import random
 
-    plan = tp.search
-    paper = {k: v for k, v in tp.defaults().params().items() if k in plan.study.search}
+    plan, paper = tp.search, tp.paper()
     moves = []
     for key in plan.study.search:
         values = sorted(plan.study.space[key].values or [])
@@ -144,17 +143,17 @@ def holdout_factor(tp: TunePlan) -> float:
 
 def reserve_s(t: Tuning, history: list[Measured | None], reference: Measured, floor: float) -> float:
     """Seconds to keep for the confirmation (see :func:`recdiff.tune.budget.confirmation_s`)."""
-    defaults = t.tp.defaults().params()
+    defaults = t.tp.paper()
     done = [m for m in history if m is not None]
-    paper = next((m.seconds for m in done if all(m.params.get(k) == defaults[k] for k in m.params)), None)
-    best = knee(done, floor, defaults, t.tp.search.search_space())
+    paper = next((m.seconds for m in done if m.params == defaults), None)
+    best = choose(done, floor, defaults, t.tp.search.search_space())
     return confirmation_s(reference.seconds or 0.0, paper, best.seconds if best else None, holdout_factor(t.tp))
 
 
 def search(t: Tuning, reference: Measured, floor: float, say: Say) -> str:
     """Ask, claim, measure and record trials until a budget ends the search; why it ended."""
     plan, opts, study = t.tp.search, t.tp.options, t.search
-    space, paper = plan.search_space(), t.tp.defaults().params()
+    space, paper = plan.search_space(), t.tp.paper()
     in_a_row = 0
     while True:
         fail_stale_trials(study)
@@ -212,7 +211,8 @@ def progress(trial: FrozenTrial, done: list[FrozenTrial], floor: float, paper: d
         ok = "feasible" if feasible(m, floor) else "below the reference's accuracy"
         head = (f"trial {trial.number:3d} speed-up {m.speed()} accuracy {m.acc()} {ok}; "
                 f"{settings_text(m.params, paper)}")
-    best = knee([h for h in history if h is not None], floor, paper, space)
+    ran = [h for h in history if h is not None]
+    best = choose(ran, floor, paper, space) or next((h for h in ran if h.params == paper and feasible(h, floor)), None)
     shown = f"best: trial {best.number} {best.speed()}" if best else "best: none feasible yet"
     opts, n = t.tp.options, t.tp.search.study.n_trials
     gain = f", {since_gain(history, floor)} of {opts.patience} without a gain" if opts.patience else ""

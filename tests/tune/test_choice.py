@@ -10,8 +10,8 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from recdiff.tune.choice import (Measured, Row, change, constraint, feasible, judge, knee, runners_up, since_gain,
-                                 table)
+from recdiff.tune.choice import (Measured, Row, change, choose, constraint, feasible, judge, knee, runners_up,
+                                 since_gain, table)
 
 SPACE = {"r_inner": IntDistribution(1, 32, log=True), "epsilon": FloatDistribution(0.001, 0.3, log=True),
          "eta": FloatDistribution(0.0, 0.9), "beta_schedule": CategoricalDistribution(["constant", "linear"])}
@@ -62,13 +62,29 @@ def test_an_infeasible_trial_never_ties_and_runners_up_are_feasible_and_fastest_
               m(4, 2.0, r_inner=8)]
     chosen = knee(trials, FLOOR, PAPER, SPACE)
     assert chosen.number == 1
-    assert [r.number for r in runners_up(trials, FLOOR, chosen, 2)] == [3, 0]
-    assert [r.number for r in runners_up(trials, FLOOR, chosen, 10)] == [3, 0, 4]
+    assert [r.number for r in runners_up(trials, FLOOR, [chosen], 2)] == [3, 0]
+    assert [r.number for r in runners_up(trials, FLOOR, [chosen, trials[0]], 10)] == [3, 4]
 
 
-def test_patience_counts_trials_since_a_gain_beyond_the_interval():
+def test_the_choice_is_the_knee_of_the_other_settings_when_it_is_faster_than_the_defaults():
+    # a noisy trial of the defaults: its wide interval reaches everyone's, so the knee is the defaults ...
+    noisy = m(0, 3.06, half=1.5)
+    trials = [noisy, m(1, 4.3, r_inner=2), m(2, 4.2, r_inner=1, eta=0.5), m(3, 3.4, eta=0.0)]
+    assert knee(trials, FLOOR, PAPER, SPACE).number == 0
+    # ... but the setting to confirm beside them on the held-out slice is the knee of the others
+    assert choose(trials, FLOOR, PAPER, SPACE).number == 1
+    # nothing faster than the defaults' own trial: nothing to confirm
+    assert choose([m(0, 3.5), m(1, 3.4, r_inner=2)], FLOOR, PAPER, SPACE) is None
+    # the defaults below the bar (or not measured): the others' knee
+    assert choose([m(0, 3.5, accuracy=0.8), m(1, 3.4, r_inner=2)], FLOOR, PAPER, SPACE).number == 1
+    assert choose([m(1, 3.4, r_inner=2)], FLOOR, PAPER, SPACE).number == 1
+    assert choose([m(0, 3.5)], FLOOR, PAPER, SPACE) is None
+
+
+def test_patience_counts_trials_since_a_gain_beyond_its_interval():
     history = [m(0, 3.0), None, m(2, 3.05), m(3, 3.5), m(4, 9.0, accuracy=0.5), m(5, 3.55)]
-    # trial 2 is within trial 0's interval (no gain); trial 3 beats 3.1; then an infeasible one and a tie
+    # trial 2's interval [2.95, 3.15] reaches below trial 0's 3.0 (no gain); trial 3's [3.4, 3.6] lies above it; then
+    # an infeasible one, and trial 5 whose interval reaches below 3.5
     assert since_gain(history, FLOOR) == 2
     assert since_gain([], FLOOR) == 0
     assert since_gain([None, None], FLOOR) == 2

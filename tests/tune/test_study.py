@@ -162,3 +162,23 @@ def test_an_interrupted_trial_runs_again_before_anything_new(tmp_path, calls):
     done = counted(t.search)
     assert done[0].params == lost.params and done[0].system_attrs["failed_trial"] == lost.number
     assert done[1].params == first_trials(t.tp)[0]           # then the paper's defaults
+
+
+def test_the_command_ends_with_its_table_and_a_preset_that_loads(tmp_path, calls, capsys):
+    from recdiff.tune.__main__ import tune
+    from recdiff.tune.preset import read_preset
+
+    argv = ["run.batch_size=1", "benchmark.limit=48", "study.n_trials=10", f"study.storage={tmp_path}/j.log",
+            f"study.artifact_dir={tmp_path}/art", f"tune.output_dir={tmp_path}/out", f"tune.preset_dir={tmp_path}/p"]
+    assert tune(argv, start=0.0) == 0
+    out = capsys.readouterr().out
+    # the first trials: the defaults, then one knob moved each; the fake runs r_inner=2 (the 10th) at 8/3 = 2.67x, the
+    # defaults and every other move but r_inner=8 at 1.6x
+    chosen, paper, ref, *_ = out.split("speed-up vs static r=32 [95% CI]")[1].splitlines()[1:]
+    assert chosen.startswith("chosen") and "2.67x [2.59, 2.75]" in chosen and chosen.endswith("r_inner=2")
+    assert paper.startswith("paper defaults") and "1.60x [1.55, 1.65]" in paper
+    assert ref.startswith("static r=32 = reference") and "held-out" in ref
+    assert "the chosen setting beats the paper's defaults beyond the intervals" in out
+    preset = read_preset(tmp_path / "p" / "embedded-cpu-b1.yaml")
+    assert preset.r_inner == 2 and preset.epsilon == 0.03 and preset.preset.batch_size == 1
+    assert preset.preset.result.startswith("2.67x [2.59, 2.75] vs static r=32")
