@@ -59,9 +59,9 @@ def tune(argv: list[str], start: float) -> int:
         f">= {floor:.3f} | {budget.shown()}")
     say(f"search ended: {search(t, ref, floor, say)}")
 
-    space, paper = plan.search_space(), tp.paper()
+    paper = tp.paper()
     trials = [m for m in measured(counted(t.search)) if m is not None]
-    chosen = choose(trials, floor, paper, space)
+    chosen = choose(trials, floor, paper)
     own = next((m for m in trials if m.params == paper), None)   # the defaults' trial on the searched slice
     if chosen is None and not any(feasible(m, floor) for m in trials):
         raise SweepStopped(f"study {plan.study.name}: no feasible setting among {len(trials)} measured trials: run "

@@ -6,8 +6,8 @@ on the held-out slice; the closing table. Plain functions over measured trials (
   it as Optuna's constraint (``Trial.set_constraint``, :func:`constraint`: ≤ 0 is feasible).
 - **Fastest**: the largest paired speed-up over the reference (each trial timed against it in the same rounds).
 - **The knee**: the fastest feasible setting; every feasible setting whose speed-up interval reaches the fastest
-  one's is tied with it, and among the tied the one closest to the paper's defaults wins: fewest knobs changed, then
-  the smallest change, each knob's range counted as 1 (log ranges on their logarithm).
+  one's is tied with it, and among the tied the one closest to the paper's defaults wins: fewest knobs changed, and
+  among as many knobs changed the fastest.
 - **The choice** (:func:`choose`): the knee of the settings other than the defaults, when it is faster than the
   defaults' own trial; it goes to the held-out slice beside them. A single noisy trial of the defaults (a wide
   interval that every setting reaches) so does not end the question before the held-out slice answers it.
@@ -18,12 +18,10 @@ on the held-out slice; the closing table. Plain functions over measured trials (
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 
@@ -74,47 +72,27 @@ def ties(m: Measured, fastest: Measured) -> bool:
     return m.speedup_hi >= fastest.speedup_lo
 
 
-def _position(dist: BaseDistribution, value: Any) -> float:
-    low, high, log = dist.low, dist.high, getattr(dist, "log", False)
-    if log:
-        low, high, value = math.log(low), math.log(high), math.log(value)
-    return (value - low) / (high - low) if high > low else 0.0
+def changed(params: Mapping[str, Any], defaults: Mapping[str, Any]) -> int:
+    """How far a setting lies from the defaults: the knobs it changes."""
+    return sum(key in defaults and value != defaults[key] for key, value in params.items())
 
 
-def change(params: Mapping[str, Any], defaults: Mapping[str, Any],
-           space: Mapping[str, BaseDistribution]) -> tuple[int, float]:
-    """How far a setting lies from the defaults: (knobs changed, the sum of their changes, each knob's range = 1)."""
-    changed, size = 0, 0.0
-    for key, value in params.items():
-        if key not in defaults or value == defaults[key]:
-            continue
-        changed += 1
-        dist = space.get(key)
-        if dist is None or isinstance(dist, CategoricalDistribution):
-            size += 1.0
-        else:
-            size += abs(_position(dist, value) - _position(dist, defaults[key]))
-    return changed, size
-
-
-def knee(trials: Sequence[Measured], floor: float, defaults: Mapping[str, Any],
-         space: Mapping[str, BaseDistribution]) -> Measured | None:
-    """The fastest feasible setting, among those tied with it the one closest to the defaults; None when no trial is
-    feasible."""
+def knee(trials: Sequence[Measured], floor: float, defaults: Mapping[str, Any]) -> Measured | None:
+    """The fastest feasible setting; among those tied with it, the one closest to the defaults (fewest knobs
+    changed; among as many, the fastest). None when no trial is feasible."""
     ok = [m for m in trials if feasible(m, floor)]
     if not ok:
         return None
     fastest = max(ok, key=lambda m: (m.speedup, -m.number))
     return min((m for m in ok if ties(m, fastest)),
-               key=lambda m: (*change(m.params, defaults, space), -m.speedup, m.number))
+               key=lambda m: (changed(m.params, defaults), -m.speedup, m.number))
 
 
-def choose(trials: Sequence[Measured], floor: float, defaults: Mapping[str, Any],
-           space: Mapping[str, BaseDistribution]) -> Measured | None:
+def choose(trials: Sequence[Measured], floor: float, defaults: Mapping[str, Any]) -> Measured | None:
     """The setting to confirm beside the defaults: the knee of the feasible settings other than the defaults; None
     when there is none, or when it is not faster than the defaults' own feasible trial."""
     paper = next((m for m in trials if m.params == dict(defaults)), None)
-    best = knee([m for m in trials if m.params != dict(defaults)], floor, defaults, space)
+    best = knee([m for m in trials if m.params != dict(defaults)], floor, defaults)
     if best is None or (paper is not None and feasible(paper, floor) and best.speedup <= paper.speedup):
         return None
     return best

@@ -146,7 +146,7 @@ def reserve_s(t: Tuning, history: list[Measured | None], reference: Measured, fl
     defaults = t.tp.paper()
     done = [m for m in history if m is not None]
     paper = next((m.seconds for m in done if m.params == defaults), None)
-    best = choose(done, floor, defaults, t.tp.search.search_space())
+    best = choose(done, floor, defaults)
     return confirmation_s(reference.seconds or 0.0, paper, best.seconds if best else None, holdout_factor(t.tp))
 
 
@@ -189,18 +189,17 @@ def search(t: Tuning, reference: Measured, floor: float, say: Say) -> str:
             with deadline(None if math.isinf(limit) else limit), holding(study, trial, plan.study.heartbeat_interval):
                 outcome = measure(trial_plan, study, t.load, out, attrs, reuse=False)
         except TrialTimeout:   # the limit fell outside the measurement: the trial is FAIL (interrupted), re-queued
-            return f"the time budget ran out during trial {trial.number} (re-queued for the next run)"
+            return f"trial {trial.number} reached its time limit ({limit:.0f} s) outside its measurement: re-queued"
         if outcome.state == State.COMPLETE:
             try:
                 trial.set_constraint("accuracy", constraint(outcome.values[0], floor))
             except optuna.exceptions.UpdateFinishedTrialError:   # failed meanwhile by another worker: not ours
                 pass
         finished = record_outcome(trial_plan, study, trial, outcome, out, attrs)
-        say(progress(finished, counted(study), floor, paper, t, space))
+        say(progress(finished, counted(study), floor, paper, t))
 
 
-def progress(trial: FrozenTrial, done: list[FrozenTrial], floor: float, paper: dict[str, Any], t: Tuning,
-             space: dict[str, Any]) -> str:
+def progress(trial: FrozenTrial, done: list[FrozenTrial], floor: float, paper: dict[str, Any], t: Tuning) -> str:
     """One line: the trial's outcome, the best so far, the budgets."""
     history = measured(done)
     m = Measured.of(trial)
@@ -212,7 +211,7 @@ def progress(trial: FrozenTrial, done: list[FrozenTrial], floor: float, paper: d
         head = (f"trial {trial.number:3d} speed-up {m.speed()} accuracy {m.acc()} {ok}; "
                 f"{settings_text(m.params, paper)}")
     ran = [h for h in history if h is not None]
-    best = choose(ran, floor, paper, space) or next((h for h in ran if h.params == paper and feasible(h, floor)), None)
+    best = choose(ran, floor, paper) or next((h for h in ran if h.params == paper and feasible(h, floor)), None)
     shown = f"best: trial {best.number} {best.speed()}" if best else "best: none feasible yet"
     opts, n = t.tp.options, t.tp.search.study.n_trials
     gain = f", {since_gain(history, floor)} of {opts.patience} without a gain" if opts.patience else ""

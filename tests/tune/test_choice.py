@@ -7,14 +7,13 @@ import datetime
 
 import optuna
 import pytest
-from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.distributions import IntDistribution
 from optuna.trial import TrialState
 
-from recdiff.tune.choice import (Measured, Row, change, choose, constraint, feasible, judge, knee, runners_up,
+from recdiff.tune.choice import (Measured, Row, changed, choose, constraint, feasible, judge, knee, runners_up,
                                  since_gain, table)
 
-SPACE = {"r_inner": IntDistribution(1, 32, log=True), "epsilon": FloatDistribution(0.001, 0.3, log=True),
-         "eta": FloatDistribution(0.0, 0.9), "beta_schedule": CategoricalDistribution(["constant", "linear"])}
+SPACE = {"r_inner": IntDistribution(1, 32, log=True)}
 PAPER = {"r_inner": 4, "epsilon": 0.03, "eta": 0.1, "beta_schedule": "linear"}
 FLOOR = 0.926   # the reference's (static r=32, 48/48) Wilson lower bound
 
@@ -33,34 +32,33 @@ def test_feasible_means_accuracy_at_or_above_the_reference_lower_bound():
 
 def test_the_knee_is_the_fastest_feasible_setting():
     trials = [m(0, 3.0), m(1, 4.2, r_inner=1), m(2, 3.6, r_inner=2), m(3, 9.0, accuracy=0.5, r_inner=1)]
-    assert knee(trials, FLOOR, PAPER, SPACE).number == 1          # trial 3 is faster, but infeasible
-    assert knee([m(3, 9.0, accuracy=0.5)], FLOOR, PAPER, SPACE) is None
-    assert knee([], FLOOR, PAPER, SPACE) is None
+    assert knee(trials, FLOOR, PAPER).number == 1          # trial 3 is faster, but infeasible
+    assert knee([m(3, 9.0, accuracy=0.5)], FLOOR, PAPER) is None
+    assert knee([], FLOOR, PAPER) is None
 
 
 def test_a_tie_goes_to_the_paper_defaults():
     # trial 1's interval [3.95, 4.15] reaches the fastest's [4.0, 4.2]: tied, and the defaults themselves win
-    assert knee([m(0, 4.05), m(1, 4.1, r_inner=1)], FLOOR, PAPER, SPACE).number == 0
+    assert knee([m(0, 4.05), m(1, 4.1, r_inner=1)], FLOOR, PAPER).number == 0
     # apart: the faster one wins although it changes a knob
-    assert knee([m(0, 3.0), m(1, 4.1, r_inner=1)], FLOOR, PAPER, SPACE).number == 1
+    assert knee([m(0, 3.0), m(1, 4.1, r_inner=1)], FLOOR, PAPER).number == 1
 
 
-def test_among_ties_fewer_knobs_changed_then_smaller_changes_win():
-    one_knob = m(1, 4.0, r_inner=1)
+def test_among_ties_fewer_knobs_changed_then_the_fastest_win():
+    one_knob = m(1, 4.0, r_inner=2)
     two_knobs = m(2, 4.1, r_inner=1, eta=0.2)
-    small = m(3, 4.05, eta=0.15)                  # one knob, closer to the default than r_inner 4 → 1
-    assert knee([one_knob, two_knobs], FLOOR, PAPER, SPACE).number == 1
-    assert knee([one_knob, two_knobs, small], FLOOR, PAPER, SPACE).number == 3
-    # r_inner's range is logarithmic: 4 → 2 is one step of five (log2 32), i.e. 0.2 of its range
-    assert change({**PAPER, "r_inner": 2}, PAPER, SPACE) == (1, pytest.approx(0.2))
-    assert change({**PAPER, "beta_schedule": "constant"}, PAPER, SPACE) == (1, 1.0)
-    assert change(PAPER, PAPER, SPACE) == (0, 0.0)
+    faster_one_knob = m(3, 4.05, eta=0.0)
+    assert knee([one_knob, two_knobs], FLOOR, PAPER).number == 1
+    assert knee([one_knob, two_knobs, faster_one_knob], FLOOR, PAPER).number == 3
+    assert knee([m(4, 5.0, r_inner=1, eta=0.2), one_knob], FLOOR, PAPER).number == 4    # apart: the fastest
+    assert (changed({**PAPER, "r_inner": 2}, PAPER), changed(PAPER, PAPER)) == (1, 0)
+    assert changed({**PAPER, "beta_schedule": "constant", "eta": 0.0}, PAPER) == 2
 
 
 def test_an_infeasible_trial_never_ties_and_runners_up_are_feasible_and_fastest_first():
     trials = [m(0, 3.0), m(1, 4.1, r_inner=1), m(2, 4.15, accuracy=0.8, r_inner=1, eta=0.5), m(3, 3.5, r_inner=2),
               m(4, 2.0, r_inner=8)]
-    chosen = knee(trials, FLOOR, PAPER, SPACE)
+    chosen = knee(trials, FLOOR, PAPER)
     assert chosen.number == 1
     assert [r.number for r in runners_up(trials, FLOOR, [chosen], 2)] == [3, 0]
     assert [r.number for r in runners_up(trials, FLOOR, [chosen, trials[0]], 10)] == [3, 4]
@@ -70,15 +68,15 @@ def test_the_choice_is_the_knee_of_the_other_settings_when_it_is_faster_than_the
     # a noisy trial of the defaults: its wide interval reaches everyone's, so the knee is the defaults ...
     noisy = m(0, 3.06, half=1.5)
     trials = [noisy, m(1, 4.3, r_inner=2), m(2, 4.2, r_inner=1, eta=0.5), m(3, 3.4, eta=0.0)]
-    assert knee(trials, FLOOR, PAPER, SPACE).number == 0
+    assert knee(trials, FLOOR, PAPER).number == 0
     # ... but the setting to confirm beside them on the held-out slice is the knee of the others
-    assert choose(trials, FLOOR, PAPER, SPACE).number == 1
+    assert choose(trials, FLOOR, PAPER).number == 1
     # nothing faster than the defaults' own trial: nothing to confirm
-    assert choose([m(0, 3.5), m(1, 3.4, r_inner=2)], FLOOR, PAPER, SPACE) is None
+    assert choose([m(0, 3.5), m(1, 3.4, r_inner=2)], FLOOR, PAPER) is None
     # the defaults below the bar (or not measured): the others' knee
-    assert choose([m(0, 3.5, accuracy=0.8), m(1, 3.4, r_inner=2)], FLOOR, PAPER, SPACE).number == 1
-    assert choose([m(1, 3.4, r_inner=2)], FLOOR, PAPER, SPACE).number == 1
-    assert choose([m(0, 3.5)], FLOOR, PAPER, SPACE) is None
+    assert choose([m(0, 3.5, accuracy=0.8), m(1, 3.4, r_inner=2)], FLOOR, PAPER).number == 1
+    assert choose([m(1, 3.4, r_inner=2)], FLOOR, PAPER).number == 1
+    assert choose([m(0, 3.5)], FLOOR, PAPER) is None
 
 
 def test_patience_counts_trials_since_a_gain_beyond_its_interval():

@@ -54,7 +54,8 @@ def calls(monkeypatch) -> list:
 
 def tuning(tmp_path: Path, *extra: str, budget: Budget | None = None):
     tp = compose(["run.batch_size=1", "benchmark.limit=48", f"study.storage={tmp_path}/j.log",
-                  f"study.artifact_dir={tmp_path}/art", f"tune.output_dir={tmp_path}/out", *extra])
+                  f"study.artifact_dir={tmp_path}/art", f"tune.output_dir={tmp_path}/out",
+                  "tune.trial_timeout_x=1000", *extra])   # the fake reference takes no time: no limit from it
     t = open_tuning(tp, budget or Budget(None), threads=1)
     t.load = t.load_holdout = lambda: FakeWork()
     return t
@@ -168,7 +169,8 @@ def test_the_command_ends_with_its_table_and_a_preset_that_loads(tmp_path, calls
     from recdiff.tune.__main__ import tune
     from recdiff.tune.preset import read_preset
 
-    argv = ["run.batch_size=1", "benchmark.limit=48", "study.n_trials=10", f"study.storage={tmp_path}/j.log",
+    argv = ["run.batch_size=1", "benchmark.limit=48", "study.n_trials=10", "tune.trial_timeout_x=1000",
+            f"study.storage={tmp_path}/j.log",
             f"study.artifact_dir={tmp_path}/art", f"tune.output_dir={tmp_path}/out", f"tune.preset_dir={tmp_path}/p"]
     assert tune(argv, start=0.0) == 0
     out = capsys.readouterr().out
