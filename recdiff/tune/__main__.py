@@ -100,6 +100,10 @@ def tune(argv: list[str], start: float) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if {"-h", "--help"} & set(argv):
+        print(__doc__.strip() + "\n\nThe options (tune.*) and how the choice is made: docs/tune.md")
+        return 0
     from recdiff.study.interrupt import interrupt_on_sigterm
 
     interrupt_on_sigterm()
@@ -107,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     for handler in logging.getLogger().handlers:   # a trial's outcome is on the tune's own line
         handler.addFilter(lambda record: record.funcName != "log_trial")
     try:
-        return tune(list(sys.argv[1:] if argv is None else argv), start)
+        return tune(argv, start)
     except KeyboardInterrupt:
         print("error: interrupted: the running trial is re-queued; the same command again continues the study",
               file=sys.stderr)

@@ -5,9 +5,11 @@ on the held-out slice; the closing table. Plain functions over measured trials (
   r=32, ``run.reference``), so that the accuracy lies within the reference's interval or above it. The search records
   it as Optuna's constraint (``Trial.set_constraint``, :func:`constraint`: ≤ 0 is feasible).
 - **Fastest**: the largest paired speed-up over the reference (each trial timed against it in the same rounds).
-- **The knee**: the fastest feasible setting; every feasible setting whose speed-up interval reaches the fastest
-  one's is tied with it, and among the tied the one closest to the paper's defaults wins: fewest knobs changed, and
-  among as many knobs changed the fastest.
+- **The knee**: the fastest feasible setting; every feasible setting whose speed-up lies within the fastest one's
+  interval is tied with it (the fastest's measurement cannot tell them apart), and among the tied the one closest to
+  the paper's defaults wins: fewest knobs changed, and among as many knobs changed the fastest. Not "overlapping
+  intervals": one trial timed under a passing load has an interval wide enough to overlap every other, and would
+  win every tie by its noise.
 - **The choice** (:func:`choose`): the knee of the settings other than the defaults, when it is faster than the
   defaults' own trial; it goes to the held-out slice beside them. A single noisy trial of the defaults (a wide
   interval that every setting reaches) so does not end the question before the held-out slice answers it.
@@ -68,8 +70,9 @@ def feasible(m: Measured, floor: float) -> bool:
 
 
 def ties(m: Measured, fastest: Measured) -> bool:
-    """Whether ``m``'s speed-up interval reaches the fastest one's: the two cannot be told apart."""
-    return m.speedup_hi >= fastest.speedup_lo
+    """Whether ``m``'s speed-up lies within the fastest one's interval: the fastest's measurement cannot tell them
+    apart."""
+    return m.speedup >= fastest.speedup_lo
 
 
 def changed(params: Mapping[str, Any], defaults: Mapping[str, Any]) -> int:

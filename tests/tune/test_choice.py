@@ -38,10 +38,12 @@ def test_the_knee_is_the_fastest_feasible_setting():
 
 
 def test_a_tie_goes_to_the_paper_defaults():
-    # trial 1's interval [3.95, 4.15] reaches the fastest's [4.0, 4.2]: tied, and the defaults themselves win
+    # the defaults' 4.05 lies within the fastest's interval [4.0, 4.2]: tied, and the defaults themselves win
     assert knee([m(0, 4.05), m(1, 4.1, r_inner=1)], FLOOR, PAPER).number == 0
     # apart: the faster one wins although it changes a knob
     assert knee([m(0, 3.0), m(1, 4.1, r_inner=1)], FLOOR, PAPER).number == 1
+    # a noisy trial's wide interval [2.7, 4.8] overlaps the fastest's, but its 3.76 lies outside [4.48, 5.3]: no tie
+    assert knee([m(0, 3.76, half=1.05), m(1, 4.95, half=0.41, r_inner=1, eta=0.2)], FLOOR, PAPER).number == 1
 
 
 def test_among_ties_fewer_knobs_changed_then_the_fastest_win():
@@ -65,11 +67,11 @@ def test_an_infeasible_trial_never_ties_and_runners_up_are_feasible_and_fastest_
 
 
 def test_the_choice_is_the_knee_of_the_other_settings_when_it_is_faster_than_the_defaults():
-    # a noisy trial of the defaults: its wide interval reaches everyone's, so the knee is the defaults ...
-    noisy = m(0, 3.06, half=1.5)
-    trials = [noisy, m(1, 4.3, r_inner=2), m(2, 4.2, r_inner=1, eta=0.5), m(3, 3.4, eta=0.0)]
+    # the defaults' 4.25 lies within the fastest's interval [4.2, 4.4]: the knee of all is the defaults ...
+    trials = [m(0, 4.25), m(1, 4.3, r_inner=2), m(2, 4.2, r_inner=1, eta=0.5), m(3, 3.4, eta=0.0)]
     assert knee(trials, FLOOR, PAPER).number == 0
-    # ... but the setting to confirm beside them on the held-out slice is the knee of the others
+    # ... but the setting to confirm beside them on the held-out slice is the knee of the others: there, with the
+    # defaults measured again beside it, the last tie goes to the defaults
     assert choose(trials, FLOOR, PAPER).number == 1
     # nothing faster than the defaults' own trial: nothing to confirm
     assert choose([m(0, 3.5), m(1, 3.4, r_inner=2)], FLOOR, PAPER) is None

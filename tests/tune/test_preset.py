@@ -148,3 +148,10 @@ def test_a_sweep_with_a_preset_tuned_elsewhere_warns_in_one_line(tmp_path):
     assert len(lines) == 1
     assert f"device {device_label('cpu')}, tuned on cpu (Some CPU)" in lines[0]
     assert "tuned with recdiff/assets/embedded (weights abc123)" in lines[0]      # the fixture's weights differ
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "conf" / "sampler" / "tuned").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_committed_preset_composes_and_loads(path):
+    plan = composed(REPO / "conf", f"sampler=tuned/{path.stem}")
+    assert plan.sampler.preset is not None and plan.sampler.preset.name == path.stem
+    assert load_preset(path) == {"sampler": "diffusion", **plan.sampler.params()}
