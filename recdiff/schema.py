@@ -92,7 +92,6 @@ class StudyConfig:
     space: Dict[str, ParamSpace] = field(default_factory=dict)
     seed: Optional[int] = None            # Optuna sampler seed
     population_size: int = 8              # NSGA-II
-    startup_trials: Optional[int] = None  # TPE, GP: random trials before the model (null: Optuna's default, 10)
     skip_duplicates: bool = True          # an identical configuration already COMPLETE is not re-run
     # grid mode: a configuration COMPLETE in another study of the storage under the same identity is copied, not re-run
     reuse: bool = True
@@ -112,8 +111,6 @@ class StudyConfig:
                                f"{self.heartbeat_interval}, or live trials would count as dead")
         if self.max_retry < 0:
             raise RecdiffError(f"study.max_retry={self.max_retry} must be >= 0")
-        if self.startup_trials is not None and self.startup_trials < 0:
-            raise RecdiffError(f"study.startup_trials={self.startup_trials} must be >= 0 (or null: Optuna's default)")
         if self.mode == Mode.search and self.n_trials < 1:
             raise RecdiffError(f"study.n_trials={self.n_trials} must be >= 1")
         directions = [str(d) for d in self.directions]

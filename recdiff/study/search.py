@@ -37,11 +37,10 @@ def make_sampler(spec: StudyConfig, worker: int = 0) -> optuna.samplers.BaseSamp
     seed = None if spec.seed is None else spec.seed + worker   # workers must not propose alike
     if algo == "nsga2":
         return optuna.samplers.NSGAIISampler(population_size=spec.population_size, seed=seed)
-    startup = {} if spec.startup_trials is None else {"n_startup_trials": spec.startup_trials}
     if algo == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, **startup)
+        return optuna.samplers.TPESampler(seed=seed)
     if algo == "gp":
-        return optuna.samplers.GPSampler(seed=seed, **startup)
+        return optuna.samplers.GPSampler(seed=seed)
     if algo == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     space = {}

@@ -4,8 +4,8 @@
 
 - the reference (``run.reference``, static AR at r=32) on the searched slice, a grid trial of ``<name>-reference``:
   the accuracy a setting must keep;
-- the search (``<name>``): the paper's defaults and each knob moved one step from them first (:func:`first_trials`),
-  then Optuna's proposals (``study.algorithm``) over ``study.search``; each trial's accuracy constraint is Optuna's
+- the search (``<name>``): the paper's defaults and one-knob moves around the best so far first
+  (:mod:`recdiff.tune.design`), then Optuna's proposals (``study.algorithm``) over ``study.search``; each trial's accuracy constraint is Optuna's
   own (``Trial.set_constraint``), set before the trial is told; it stops at ``study.n_trials`` counted trials, after
   ``tune.patience`` trials without a gain, or when the time budget holds no further trial; one line per trial with
   the best so far;
@@ -34,6 +34,7 @@ from recdiff.trial.deadline import TrialTimeout, deadline
 from recdiff.trial.outcome import State
 from recdiff.tune.budget import Budget, confirmation_s, next_trial_s
 from recdiff.tune.choice import Measured, choose, constraint, feasible, settings_text, since_gain
+from recdiff.tune.design import next_setting
 from recdiff.tune.plan import TunePlan
 
 Say = Callable[[str], None]
@@ -92,35 +93,16 @@ def measure_grid(plan: Config, study: optuna.Study, load: Callable[[], Any], out
     return trial
 
 
-def first_trials(tp: TunePlan) -> list[dict[str, Any]]:
-    """The search's first settings: the paper's defaults, then each numeric knob moved alone one step either way
-    among the values ``recdiff/params.py`` declares for it (``study.space.<knob>.values``), in an order shuffled
-    with ``study.seed``. A small budget learns most from these: each says what one knob does here, and a tie goes to
-    the setting that changes least."""
-    import random
-
-    plan, paper = tp.search, tp.paper()
-    moves = []
-    for key in plan.study.search:
-        values = sorted(plan.study.space[key].values or [])
-        if not values or paper[key] not in values:
-            continue
-        i = values.index(paper[key])
-        moves += [{**paper, key: values[j]} for j in (i - 1, i + 1) if 0 <= j < len(values)]
-    random.Random(plan.study.seed).shuffle(moves)
-    return [paper, *moves]
-
-
-def queue_first(t: Tuning) -> None:
-    """Queue the next of :func:`first_trials` that the study has not seen, when no trial waits: a re-queued trial
-    (interrupted, its worker dead) runs before anything new."""
+def queue_next(t: Tuning, floor: float) -> None:
+    """Queue the design's next setting (:func:`recdiff.tune.design.next_setting`) when no trial waits: a re-queued
+    trial (interrupted, its worker dead) runs before anything new."""
     if t.search.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         return
     seen = [tr.params for tr in t.search.get_trials(deepcopy=False)]
-    for params in first_trials(t.tp):
-        if params not in seen:
-            t.search.enqueue_trial(params)
-            return
+    done = [m for m in measured(counted(t.search)) if m is not None]
+    params = next_setting(t.tp, done, floor, seen)
+    if params is not None:
+        t.search.enqueue_trial(params)
 
 
 def counted(study: optuna.Study) -> list[FrozenTrial]:
@@ -167,7 +149,7 @@ def search(t: Tuning, reference: Measured, floor: float, say: Say) -> str:
         if not t.budget.fits(reserve + next_trial_s(durations, reference.seconds or 0.0)):
             return (f"the time budget holds no further trial and the confirmation ({t.budget.shown()} used, "
                     f"{reserve:.0f} s kept for the confirmation)")
-        queue_first(t)
+        queue_next(t, floor)
         trial = study.ask(space)
         claim_asked(study, trial)
         trial_plan = plan.with_sampler(**trial.params)

@@ -17,7 +17,8 @@ from recdiff.tune.confirm import confirm
 from recdiff.tune.plan import compose
 from recdiff.params import DiffusionParams
 from recdiff.tune.choice import since_gain
-from recdiff.tune.study import counted, first_trials, measure_grid, measured, open_tuning, search
+from recdiff.tune.design import steps
+from recdiff.tune.study import counted, measure_grid, measured, open_tuning, search
 
 
 class FakeWork:
@@ -94,18 +95,29 @@ def test_patience_stops_the_search(tmp_path, calls):
     assert since_gain(history, ref.accuracy_lo) == 2 and since_gain(history[:-1], ref.accuracy_lo) < 2
 
 
-def test_the_first_trials_are_the_defaults_and_each_knob_moved_one_step():
-    tp = compose(["run.batch_size=1"])
-    paper, *moves = first_trials(tp)
-    assert paper == {k: v for k, v in DiffusionParams().params().items() if k in tp.search.study.search}
-    steps = {}
+def test_the_first_trials_are_the_defaults_and_each_knob_moved_one_step(tmp_path, calls):
+    t = tuning(tmp_path, "study.n_trials=15", "tune.patience=null")
+    paper = t.tp.paper()
+    assert paper == {k: v for k, v in DiffusionParams().params().items() if k in t.tp.search.study.search}
+    moves = steps(t.tp, paper)
+    one_step = {}
     for move in moves:
         (key,) = [k for k in move if move[k] != paper[k]]     # one knob each
-        steps.setdefault(key, set()).add(move[key])
+        one_step.setdefault(key, set()).add(move[key])
     # one declared value either way (recdiff/params.py); the schedule is left to the sampler (inert at β=0)
-    assert steps == {"r_inner": {2, 8}, "beta": {0.1}, "eta": {0.0, 0.3}, "epsilon": {0.01, 0.1},
-                     "wavefront": {64, 256}, "headway": {2}, "init_scale": {0.5}}
-    assert first_trials(tp) == first_trials(compose(["run.batch_size=1"]))     # seeded with study.seed
+    assert one_step == {"r_inner": {2, 8}, "beta": {0.1}, "eta": {0.0, 0.3}, "epsilon": {0.01, 0.1},
+                        "wavefront": {64, 256}, "headway": {2}, "init_scale": {0.5}}
+    assert steps(t.tp, paper) == moves                          # seeded with study.seed
+    # between declared values: to each of them
+    assert {m["r_inner"] for m in steps(t.tp, {**paper, "r_inner": 3})} == {2, 4, 3}
+    ref = reference(t)
+    search(t, ref, ref.accuracy_lo, lambda line: None)
+    ran = [tr.params for tr in counted(t.search)]
+    up_to = moves.index({**paper, "r_inner": 2}) + 2                  # the defaults, then the moves until r_inner=2
+    assert ran[:up_to] == [paper, *moves][:up_to]
+    # the fake runs r_inner=2 fastest: from there the climb goes on around it (r_inner=1 is next to it)
+    around = [m for m in steps(t.tp, {**paper, "r_inner": 2}) if m not in ran[:up_to]]
+    assert ran[up_to:up_to + 3] == around[:3] and {**paper, "r_inner": 1} in around
 
 
 def test_the_time_budget_keeps_the_confirmations_time(tmp_path, calls):
@@ -129,7 +141,7 @@ def test_a_resumed_search_continues_the_study(tmp_path, calls):
     search(again, ref, ref.accuracy_lo, lambda line: None)
     assert len(counted(again.search)) == 5
     # the first trials, each once and in order, and nothing left waiting
-    assert [tr.params for tr in again.search.get_trials()] == first_trials(again.tp)[:5]
+    assert [tr.params for tr in again.search.get_trials()] == [again.tp.paper(), *steps(again.tp, again.tp.paper())][:5]
     assert not again.search.get_trials(states=(TrialState.WAITING,))
     assert sum(c.get("r") == 32 and "r_inner" not in c for c in calls) == 1
 
@@ -155,14 +167,14 @@ def test_an_interrupted_trial_runs_again_before_anything_new(tmp_path, calls):
 
     t = tuning(tmp_path, "study.n_trials=2")
     ref = reference(t)
-    t.search.enqueue_trial({**first_trials(t.tp)[0], "r_inner": 16})
+    t.search.enqueue_trial({**t.tp.paper(), "r_inner": 16})
     lost = t.search.ask(t.tp.search.search_space())         # as Ctrl-C leaves it: FAIL (interrupted), re-queued
     claim_asked(t.search, lost)
     fail_interrupted(t.search, lost)
     search(t, ref, ref.accuracy_lo, lambda line: None)
     done = counted(t.search)
     assert done[0].params == lost.params and done[0].system_attrs["failed_trial"] == lost.number
-    assert done[1].params == first_trials(t.tp)[0]           # then the paper's defaults
+    assert done[1].params == t.tp.paper()                    # then the paper's defaults
 
 
 def test_the_command_ends_with_its_table_and_a_preset_that_loads(tmp_path, calls, capsys):
