@@ -3,6 +3,7 @@ accuracy cost (docs/tune.md). The pieces, one job each:
 
 - :mod:`~recdiff.tune.plan`: the command line: the sweep's typed plan (Hydra's compose API) and ``tune.*``
 - :mod:`~recdiff.tune.study`: the studies, the reference on the searched slice, the constrained search
+- :mod:`~recdiff.tune.design`: the search's first proposals: the defaults, then one-knob moves around the best
 - :mod:`~recdiff.tune.budget`: the time budget (the search keeps the confirmation's time)
 - :mod:`~recdiff.tune.choice`: feasibility, the knee (ties towards the paper's defaults), the verdict, the table
 - :mod:`~recdiff.tune.confirm`: the held-out measurements beside the defaults and the reference

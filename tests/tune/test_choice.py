@@ -123,3 +123,15 @@ def test_the_table_shows_each_number_with_its_interval():
     assert "speed-up vs static r=32 [95% CI]" in head and "accuracy [95% CI]" in head
     assert "4.21x [4.13, 4.29]" in chosen and "1.000 [0.930, 1.000]" in chosen and chosen.endswith("r_inner=1")
     assert "1.00x [0.97, 1.03]" in ref
+
+
+def test_the_climb_moves_its_center_only_beyond_both_intervals():
+    from recdiff.tune.design import center
+
+    noisy = m(0, 3.3, half=1.0)                                       # the defaults under a passing load
+    lucky = m(1, 3.74, half=0.3, wavefront=256)                       # a knob that changes nothing, timed well
+    real = m(2, 4.6, half=0.2, r_inner=2)
+    assert center([noisy, lucky], FLOOR, PAPER) == PAPER              # [3.44, 4.04] reaches into [2.3, 4.3]
+    assert center([noisy, lucky, real], FLOOR, PAPER) == real.params  # [4.4, 4.8] lies above it
+    assert center([m(0, 3.3), m(3, 9.0, accuracy=0.5, r_inner=1)], FLOOR, PAPER) == PAPER   # infeasible
+    assert center([lucky], FLOOR, PAPER) == PAPER                     # the defaults first

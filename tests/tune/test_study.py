@@ -115,7 +115,8 @@ def test_the_first_trials_are_the_defaults_and_each_knob_moved_one_step(tmp_path
     ran = [tr.params for tr in counted(t.search)]
     up_to = moves.index({**paper, "r_inner": 2}) + 2                  # the defaults, then the moves until r_inner=2
     assert ran[:up_to] == [paper, *moves][:up_to]
-    # the fake runs r_inner=2 fastest: from there the climb goes on around it (r_inner=1 is next to it)
+    # the fake runs r_inner=2 at 2.67x [2.59, 2.75], beyond the defaults' [1.55, 1.65]: the climb goes on around it
+    # (r_inner=1 is next to it)
     around = [m for m in steps(t.tp, {**paper, "r_inner": 2}) if m not in ran[:up_to]]
     assert ran[up_to:up_to + 3] == around[:3] and {**paper, "r_inner": 1} in around
 
