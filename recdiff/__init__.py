@@ -1,6 +1,7 @@
 """recdiff: diffusion-forcing samplers for recurrent-depth language models, with sweeps and Pareto analysis.
 
-Public API: :func:`load_model`, :func:`generate`, :func:`warm_up`, :class:`RecdiffError`, :class:`DiffusionTrace`. The heavy
+Public API: :func:`load_model`, :func:`generate`, :func:`warm_up`, :func:`load_preset` (a tuned preset's settings for
+:func:`generate`), :class:`RecdiffError`, :class:`DiffusionTrace`. The heavy
 submodules (torch) load on first use, so ``recdiff.errors`` and the analysis package stay quick to import.
 """
 
@@ -22,6 +23,7 @@ _LAZY = {
     "check_params": "recdiff.samplers",
     "default_batch_size": "recdiff.samplers",
     "DiffusionTrace": "recdiff.trace",
+    "load_preset": "recdiff.tune.preset",
 }
 
 

@@ -294,6 +294,25 @@ class SpeculativeParams(SamplerParams):
 
 
 @dataclass
+class Provenance:
+    """Where a tuned preset (``conf/sampler/tuned/<name>.yaml``, written by ``python -m recdiff.tune``) was tuned and
+    what it was confirmed against. Not a setting: no sampler reads it, and a configuration's hash leaves it out."""
+
+    name: str = ""
+    device: str = ""                      # "cpu (<processor>)" or "cuda (<GPU name>)"
+    torch: str = ""
+    model: str = ""                       # path or hub id
+    weights: Optional[str] = None         # digest of the weight files (recdiff.study.identity.weights_digest)
+    dtype: Optional[str] = None
+    batch_size: int = 1
+    benchmark: str = ""                   # the slice searched
+    held_out: str = ""                    # the slice the choice was confirmed on
+    study: str = ""
+    date: str = ""
+    result: str = ""                      # the confirmed speed-up and accuracy, or why the paper's defaults were kept
+
+
+@dataclass
 class DiffusionParams(SamplerParams):
     """The diffusion-forcing sampler (Algorithm 2 with adaptive freezing; Algorithm 1 with `freeze=fixed`).
     Defaults are the paper's (Sec. 4): ε=0.03, β=0, η=0.1, r′=4, maximum wavefront 128."""
@@ -316,6 +335,7 @@ class DiffusionParams(SamplerParams):
     pad_id: Optional[int] = PAD_ID()
     kv_cache: KVCache = KV_CACHE(check=one_of("shared"), meaning="`shared` only")
     max_steps: Optional[int] = MAX_STEPS()
+    preset: Optional[Provenance] = None   # set by a tuned preset (sampler=tuned/<name>): where it was tuned
     rules: ClassVar[tuple[Rule, ...]] = (at_most("r_inner", "r"), at_most("headway", "wavefront"))
 
 

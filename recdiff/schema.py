@@ -155,6 +155,7 @@ class RunConfig:
     repeats: int = 3                      # rounds of paired timing: each timed problem, sampler then reference
     reference: str = DEFAULT_REFERENCE    # the sampler every speed-up is timed against, in the same rounds
     timing_threads: Optional[int] = DEFAULT_TIMING_THREADS   # torch threads while timing (null = the job's threads)
+    timing_batch: int = 1                 # sequences per timed call: 1 = the paper's tokens/s; B = a batch's throughput
     warmup: int = 1                       # untimed generate calls before measuring
     n_traces: int = 2                     # samples whose diffusion trace is saved (stability pictures)
     timeout_s: Optional[float] = None     # per trial; the trial is FAIL when it runs longer
@@ -184,6 +185,9 @@ class RunConfig:
                                "an interval needs two)")
         if self.timing_threads is not None and self.timing_threads < 1:
             raise RecdiffError(f"run.timing_threads={self.timing_threads!r} must be >= 1 (or null: the job's threads)")
+        if not is_int(self.timing_batch) or self.timing_batch < 1:
+            raise RecdiffError(f"run.timing_batch={self.timing_batch!r} must be an integer >= 1 (sequences per timed "
+                               "call; 1 = batch-1 tokens/s)")
         self.reference_sampler()
 
     def reference_sampler(self) -> SamplerParams:

@@ -4,8 +4,8 @@ The identity is the benchmark with its slice (every option but ``workers``, whic
 for an lm-eval task also the task's version),
 the model (path or hub id, a digest of its weights, the dtype it runs in, its tokenizer), the generation settings
 ``run.max_new_tokens``, ``run.temperature`` and ``run.top_p``, and how speed is timed where it differs from the
-default (``run.reference``: every speed-up of a study is against it; ``run.timing_threads``). Every trial records it
-(user attribute ``identity``).
+default (``run.reference``: every speed-up of a study is against it; ``run.timing_threads``; ``run.timing_batch``).
+Every trial records it (user attribute ``identity``).
 
 A study holds one identity per benchmark, and one model and one temperature/top-p over all its benchmarks (Table 1
 spans four benchmarks in one study). A sweep whose identity differs is refused before the model loads, with one line
@@ -37,13 +37,15 @@ if TYPE_CHECKING:
 BENCHMARK_OPERATIONAL = ("workers",)                       # how fast a benchmark is scored, not what it scores
 RUN_KEYS = ("max_new_tokens", "temperature", "top_p")
 # the same over all benchmarks of a study
-STUDY_WIDE = ("model.", "run.temperature", "run.top_p", "run.reference", "run.timing_threads")
+STUDY_WIDE = ("model.", "run.temperature", "run.top_p", "run.reference", "run.timing_threads", "run.timing_batch")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _DIGESTS: dict[tuple[str, int, int], str] = {}            # (file, size, mtime) → sha256, once per process
 # Keys of the config that do not change what a trial measures (left out of the configuration's hash). run.repeats
-# only narrows the timing's intervals: a COMPLETE configuration is not measured again for it. run.reference and
-# run.timing_threads are part of the identity instead (timing_identity).
-VOLATILE_KEYS = ("study", "worker", "run.progress", "run.repeats", "run.reference", "run.timing_threads")
+# only narrows the timing's intervals: a COMPLETE configuration is not measured again for it. run.reference,
+# run.timing_threads and run.timing_batch are part of the identity instead (timing_identity). sampler.preset is where
+# a tuned preset came from (recdiff/tune/preset.py), not a setting.
+VOLATILE_KEYS = ("study", "worker", "run.progress", "run.repeats", "run.reference", "run.timing_threads",
+                 "run.timing_batch", "sampler.preset")
 # Keys hashed at these values though the config no longer has them, so that trials recorded before they left still
 # match their configuration: run.inject_fault, a test hook that left the schema (tests/sweep/faults.py).
 HASHED_AS_BEFORE = {"run": {"inject_fault": None}}
@@ -96,8 +98,8 @@ def identity_from_config(config: Mapping[str, Any], weights: str | None = None, 
 
 def timing_identity(run: Mapping[str, Any]) -> dict[str, Any]:
     """How a trial's speed was timed, where it differs from the default: the reference (in its one-line form, so
-    ``static r=32 init_scale=0`` is ``static r=32``) and the threads. Left out at the defaults, so that studies recorded
-    before paired timing keep their identity."""
+    ``static r=32 init_scale=0`` is ``static r=32``), the threads and the sequences per timed call. Left out at the
+    defaults, so that studies recorded before paired timing keep their identity."""
     from recdiff.params import parse_sampler, sampler_text
     from recdiff.schema import DEFAULT_TIMING_THREADS
 
@@ -111,6 +113,8 @@ def timing_identity(run: Mapping[str, Any]) -> dict[str, Any]:
             out["reference"] = ref
     if run.get("timing_threads", DEFAULT_TIMING_THREADS) != DEFAULT_TIMING_THREADS:
         out["timing_threads"] = run["timing_threads"]
+    if run.get("timing_batch", 1) != 1:
+        out["timing_batch"] = run["timing_batch"]
     return out
 
 
@@ -140,7 +144,7 @@ def defaulted() -> dict[str, Any]:
     from recdiff.schema import DEFAULT_REFERENCE, DEFAULT_TIMING_THREADS
 
     return {"model.compile": False, "run.reference": sampler_text(parse_sampler(DEFAULT_REFERENCE)),
-            "run.timing_threads": DEFAULT_TIMING_THREADS}
+            "run.timing_threads": DEFAULT_TIMING_THREADS, "run.timing_batch": 1}
 
 
 def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:

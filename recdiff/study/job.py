@@ -14,6 +14,7 @@ Torch's CPU threads are the job's share of the machine from its start (:mod:`~re
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -83,6 +84,14 @@ def run_job(cfg: DictConfig) -> tuple[float, float] | None:
     check_writable_outputs(plan.study, job_dir, top_dir)                    # 2. prepare
     prepared = prepare(plan.model, plan.benchmark)
     study, identity = open_checked_study(plan, prepared, top_dir)           # 3. open the study
+    preset = getattr(plan.sampler, "preset", None)
+    if preset is not None:   # a tuned preset (sampler=tuned/<name>) on another device, model or batch: one line
+        from recdiff.tune.preset import device_label, mismatch
+
+        warning = mismatch(preset, device_label(prepared.device), identity["model"].get("weights"),
+                           plan.run.timing_batch)
+        if warning:
+            logging.getLogger("recdiff.study").warning(warning)
 
     def load() -> Any:                                                      # 4. the model, when needed
         return prepared.load(threads)

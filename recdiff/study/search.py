@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from recdiff.study.identity import config_hash
 from recdiff.study.record import claim_asked, duplicate, find_duplicate, run_claimed, tell
@@ -53,19 +53,24 @@ def make_sampler(spec: StudyConfig, worker: int = 0) -> optuna.samplers.BaseSamp
     return optuna.samplers.GridSampler(space, seed=seed)
 
 
+def counts(t: FrozenTrial) -> bool:
+    """Whether a finished trial counts towards n_trials: COMPLETE, FAIL with a reason of its own, PRUNED as invalid.
+    Not counted: WAITING or RUNNING, duplicates, surplus asks, trials lost with a worker."""
+    if t.state == TrialState.COMPLETE:
+        return True
+    if t.state == TrialState.FAIL:
+        return t.user_attrs.get("fail_kind") not in RETRIED_KINDS + (None,)
+    return t.state == TrialState.PRUNED and not {"duplicate_of", "surplus"} & t.user_attrs.keys()
+
+
 def count_trials(study: optuna.Study, before: int | None = None) -> tuple[int, int]:
-    """(counted towards n_trials, RUNNING); with ``before``, only RUNNING trials numbered below it. Not counted:
-    WAITING, duplicates, surplus asks, trials lost with a worker."""
+    """(counted towards n_trials, RUNNING); with ``before``, only RUNNING trials numbered below it."""
     done = running = 0
     for t in study.get_trials(deepcopy=False):
         if t.state == TrialState.RUNNING:
             running += before is None or t.number < before
-        elif t.state == TrialState.COMPLETE:
-            done += 1
-        elif t.state == TrialState.FAIL and t.user_attrs.get("fail_kind") not in RETRIED_KINDS + (None,):
-            done += 1
-        elif t.state == TrialState.PRUNED and not {"duplicate_of", "surplus"} & t.user_attrs.keys():
-            done += 1
+        else:
+            done += counts(t)
     return done, running
 
 

@@ -9,6 +9,8 @@ Two passes, each after untimed warm-ups (allocations, compilation, graph capture
   (``run.reference``), alternately, in ``run.repeats`` rounds, on ``run.timing_threads`` threads, the device
   synchronised around each call: ``tokens_per_s`` (the paper's metric, the median over problems × rounds) and the
   paired ``speedup``, each with its 95% interval. The reference's own trial is timed against itself (speed-up 1).
+  With ``run.timing_batch`` B > 1 each timed call is ``B`` problems decoded side by side (:func:`side_by_side`), and
+  both numbers are a batch's throughput: generated tokens per second of the whole call.
 
 Then the per-sample table, traces and scores (:mod:`recdiff.trial.samples`) and the user attributes (accuracy with its
 95% Wilson interval, core passes per token, peak memory ...).
@@ -106,6 +108,21 @@ def alone(work: Workload, gen: dict[str, Any], prompts: Prompts) -> Sample:
     return sample
 
 
+def side_by_side(work: Workload, gen: dict[str, Any], prompts: Prompts, batch: int) -> Sample:
+    """Timed call ``i``: ``batch`` problems from problem ``i·batch`` on (wrapping around the slice, so that every call
+    is a full batch) decoded side by side; the new tokens of all of them."""
+    import recdiff
+
+    n = len(prompts.ids)
+
+    def sample(i: int) -> int:
+        rows = [(i * batch + j) % n for j in range(batch)]
+        res = recdiff.generate(work.model, [prompts.ids[k] for k in rows], batch_size=batch,
+                               **{**gen, "max_new_tokens": [prompts.limits[k] for k in rows]})
+        return sum(int(r.stats.get("new_tokens", len(r.tokens))) for r in res)
+    return sample
+
+
 def reference_gen(trial: TrialSpec, base: dict[str, Any]) -> dict[str, Any] | None:
     """The generation settings of the study's reference (``run.reference``); None when the trial's sampler is the
     reference itself (it is then timed against itself)."""
@@ -115,21 +132,28 @@ def reference_gen(trial: TrialSpec, base: dict[str, Any]) -> dict[str, Any] | No
 
 def speed_pass(work: Workload, run: RunConfig, gen: dict[str, Any], ref_gen: dict[str, Any] | None,
                prompts: Prompts, n: int, tick: Tick) -> PairedTiming:
-    """The first ``n`` problems, each alone (batch 1): the trial's sampler (``gen``) and the reference (``ref_gen``;
-    None: the trial is the reference) alternately in ``run.repeats`` rounds, after untimed warm-ups (compilation,
-    then ``run.warmup`` calls of each). A reference that fails raises ReferenceTimingError: the trial is FAIL."""
+    """``n`` timed calls, each the next problem alone (batch 1), or with ``run.timing_batch`` B > 1 the next B
+    problems side by side: the trial's sampler (``gen``) and the reference (``ref_gen``; None: the trial is the
+    reference) alternately in ``run.repeats`` rounds, after untimed warm-ups (compilation, then ``run.warmup`` calls of
+    each). A reference that fails raises ReferenceTimingError: the trial is FAIL."""
     import recdiff
 
+    batch = run.timing_batch
+    warm = prompts.ids[:n * batch]
     with torch_threads(run.timing_threads):   # warmed on the threads it is timed on
         for _ in range(run.warmup):
-            recdiff.warm_up(work.model, prompts.ids[:n], batch_size=1, **_warm(gen, prompts.limits[:n]))
+            recdiff.warm_up(work.model, warm, batch_size=batch, **_warm(gen, prompts.limits[:len(warm)]))
             if ref_gen is not None:
                 try:
-                    recdiff.warm_up(work.model, prompts.ids[:n], batch_size=1, **_warm(ref_gen, prompts.limits[:n]))
+                    recdiff.warm_up(work.model, warm, batch_size=batch, **_warm(ref_gen, prompts.limits[:len(warm)]))
                 except RecdiffError as exc:   # the reference's settings, not the trial's: FAIL, not PRUNED
                     raise ReferenceTimingError(f"reference measurement failed: {exc}") from exc
-    reference = alone(work, ref_gen, prompts) if ref_gen is not None else None
-    return paired_timing(alone(work, gen, prompts), reference, n, rounds=run.repeats, warmup=run.warmup,
+
+    def timed(settings: dict[str, Any]) -> Sample:
+        return alone(work, settings, prompts) if batch == 1 else side_by_side(work, settings, prompts, batch)
+
+    reference = timed(ref_gen) if ref_gen is not None else None
+    return paired_timing(timed(gen), reference, n, rounds=run.repeats, warmup=run.warmup,
                          device=work.device, threads=run.timing_threads, seed=run.seed, progress=lambda: tick(1))
 
 
@@ -157,7 +181,8 @@ def run_trial(work: Workload, trial: TrialSpec, output_dir: str | os.PathLike) -
     prompts = encode_prompts(work, run.max_new_tokens, codec)
     n_traces = run.n_traces if sampler.name == "diffusion" else 0
     batch_size = run.batch_size or recdiff.default_batch_size(work.model.device)
-    n_speed = min(run.speed_samples, len(prompts.ids))
+    # batch 1: distinct problems, each timed alone; batches wrap around the slice, so that each call is a full batch
+    n_speed = min(run.speed_samples, len(prompts.ids)) if run.timing_batch == 1 else run.speed_samples
 
     shown = ("r", "r_inner", "beta", "epsilon")
     label = f"{sampler.name} " + " ".join(f"{k}={v}" for k, v in params.items() if k in shown)
@@ -172,8 +197,10 @@ def run_trial(work: Workload, trial: TrialSpec, output_dir: str | os.PathLike) -
         batch = accuracy_pass(work, gen, prompts, run, batch_size, n_traces, tick)
         speed = speed_pass(work, run, gen, ref_gen, prompts, n_speed, tick)
 
-    times = speed.prompt_seconds().tolist()
-    samples = record_samples(work, prompts.texts, batch.results, times, speed.tokens[0].tolist(), codec, out)
+    call_seconds = speed.prompt_seconds()
+    alone_s = call_seconds.tolist() if run.timing_batch == 1 else []   # the per-sample table's times: batch 1 only
+    samples = record_samples(work, prompts.texts, batch.results, alone_s, speed.tokens[0].tolist()[:len(alone_s)],
+                             codec, out)
     rows = samples.rows
     k, n = sum(r["correct"] for r in rows), len(rows)
     low, high = wilson_interval(k, n)
@@ -189,7 +216,7 @@ def run_trial(work: Workload, trial: TrialSpec, output_dir: str | os.PathLike) -
         core_passes_per_token=sum(r["core_passes"] for r in rows) / total_tokens if total_tokens else 0.0,
         peak_memory_bytes=int(mem.bytes), kv_cache_bytes=int(max(kv)) if kv else None,
         mean_new_tokens=total_tokens / n if n else 0.0,
-        time_per_sample_s=sum(times) / n_speed,
+        time_per_sample_s=float(call_seconds.sum()) / n_speed / run.timing_batch, timing_batch=run.timing_batch,
         samples_path=str(samples.path), trace_paths=samples.trace_paths, output_dir=str(out),
         **speed.attrs(),   # the paired timing: tokens/s interval, speed-up against the reference, rounds, threads
     )

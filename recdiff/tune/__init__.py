@@ -1,0 +1,17 @@
+"""``python -m recdiff.tune``: the fastest diffusion-sampler settings for this machine, model and batch size, at no
+accuracy cost (docs/tune.md). The pieces, one job each:
+
+- :mod:`~recdiff.tune.plan`: the command line: the sweep's typed plan (Hydra's compose API) and ``tune.*``
+- :mod:`~recdiff.tune.study`: the studies, the reference on the searched slice, the constrained search
+- :mod:`~recdiff.tune.design`: the search's first proposals: the defaults, then one-knob moves around the best
+- :mod:`~recdiff.tune.budget`: the time budget (the search keeps the confirmation's time)
+- :mod:`~recdiff.tune.choice`: feasibility, the knee (ties towards the paper's defaults), the verdict, the table
+- :mod:`~recdiff.tune.confirm`: the held-out measurements beside the defaults and the reference
+- :mod:`~recdiff.tune.preset`: the preset file, its provenance, :func:`load_preset`
+
+Only :mod:`~recdiff.tune.preset` loads with the package (``recdiff.load_preset``); the rest needs torch and Optuna.
+"""
+
+from recdiff.tune.preset import PresetWarning, load_preset, read_preset
+
+__all__ = ["PresetWarning", "load_preset", "read_preset"]

@@ -1,0 +1,135 @@
+"""``python -m recdiff.tune [Hydra overrides] [tune.<key>=<value> ...]``: search the diffusion sampler's knobs for the
+fastest setting at no accuracy cost on this device, model and batch size, confirm it on a held-out slice beside the
+paper's defaults, and write it as a preset (docs/tune.md).
+
+Exit status: 0 (a preset written: the choice, or the paper's defaults kept); 1 (the tune could not finish: no
+feasible setting yet, a reference that did not complete, a storage lost); 2 (bad input, one line, before any model
+loads); 130 (interrupted: the running trial is re-queued, and the same command again continues the study).
+``RECDIFF_TRACEBACK=1`` shows tracebacks instead of one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+
+from recdiff.errors import RecdiffError, SweepStopped, describe_error
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _slice(identity: dict) -> str:
+    b = identity.get("benchmark") or {}
+    return " ".join([str(b.get("name")), *(f"{k}={v}" for k, v in sorted(b.items()) if k != "name")])
+
+
+def tune(argv: list[str], start: float) -> int:
+    import optuna
+    import torch
+
+    from recdiff.params import sampler_text
+    from recdiff.study.resources import thread_budget
+    from recdiff.tune.budget import Budget
+    from recdiff.tune.choice import Measured, Row, choose, feasible, judge, runners_up, settings_text, table
+    from recdiff.tune.confirm import confirm
+    from recdiff.tune.plan import compose
+    from recdiff.tune.preset import device_label, provenance, settings, write_preset
+    from recdiff.tune.study import counted, measure_grid, measured, open_tuning, search
+
+    tp = compose(argv)                                                      # the plan, every setting checked
+    plan, opts = tp.search, tp.options
+    budget = Budget(opts.time_budget_s, start=start)
+    threads = thread_budget(plan.run.threads, None)
+    torch.set_num_threads(threads)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    t = open_tuning(tp, budget, threads)                                    # studies opened, slices prepared
+    reference = sampler_text(plan.run.reference_sampler())
+    say(f"tune {plan.study.name}: {device_label(tp.device)}, model {plan.model.name}, batch {tp.batch}; "
+        f"{plan.study.algorithm.value} over {', '.join(plan.study.search)}; study.n_trials={plan.study.n_trials}, "
+        f"tune.time_budget_s={opts.time_budget_s}, tune.patience={opts.patience}")
+
+    ref = Measured.of(measure_grid(tp.reference(), t.reference, t.load, tp.output_dir() / "reference", t.identity))
+    assert ref is not None
+    floor = ref.accuracy_lo
+    say(f"reference {reference} on the searched slice: accuracy {ref.acc()}; a setting is feasible at accuracy "
+        f">= {floor:.3f} | {budget.shown()}")
+    say(f"search ended: {search(t, ref, floor, say)}")
+
+    paper = tp.paper()
+    trials = [m for m in measured(counted(t.search)) if m is not None]
+    chosen = choose(trials, floor, paper)
+    own = next((m for m in trials if m.params == paper), None)   # the defaults' trial on the searched slice
+    if chosen is None and not any(feasible(m, floor) for m in trials):
+        raise SweepStopped(f"study {plan.study.name}: no feasible setting among {len(trials)} measured trials: run "
+                           "the same command again to continue the search (a larger tune.time_budget_s)")
+    is_defaults = chosen is None
+    chosen_sampler = tp.defaults() if chosen is None else plan.with_sampler(**chosen.params).sampler
+    say("chosen: the paper's defaults (no feasible setting was faster)" if chosen is None else
+        f"chosen: trial {chosen.number} {chosen.speed()}, {settings_text(chosen.params, paper)}")
+    say("confirming on the held-out slice")
+    held = confirm(t, chosen_sampler, say)
+    verdict = judge(held["chosen"], held["defaults"], held["reference"].accuracy_lo, is_defaults)
+
+    rows = [] if chosen is None else [Row("chosen", "held-out", held["chosen"], settings_text(chosen.params, paper))]
+    rows += [Row("paper defaults" + (" = chosen" if is_defaults else ""), "held-out", held["defaults"],
+                 settings_text(paper, paper)),
+             Row(f"{reference} = reference", "held-out", held["reference"], "")]
+    rows += [Row("runner-up", "searched", m, settings_text(m.params, paper))
+             for m in runners_up(trials, floor, [chosen, own], opts.runners_up)]
+    print(f"\n{plan.study.name}: {len(trials)} trials measured, {sum(m.accuracy >= floor for m in trials)} feasible; "
+          f"searched {_slice(t.identity)}, held-out {_slice(t.holdout_identity)}")
+    print(table(rows, reference) + "\n", flush=True)
+    say(verdict.reason)
+
+    final = chosen_sampler if verdict.keep else tp.defaults()
+    h = held["chosen"] if verdict.keep else held["defaults"]
+    result = (f"{h.speed()} vs {reference}, accuracy {h.acc()} (reference {held['reference'].acc()}) on the "
+              f"held-out slice; " + ("chosen: " if verdict.keep else "") + verdict.reason)
+    model = t.identity["model"]
+    prov = provenance(tp.preset_name(), tp.device, str(model.get("path")), model.get("weights"), model.get("dtype"),
+                      tp.batch, _slice(t.identity), _slice(t.holdout_identity), plan.study.name, result)
+    path = write_preset(tp.preset_path(), settings(final, list(plan.study.search)), prov, tp.command)
+    say(f"preset {tp.preset_name()} ({'the chosen setting' if verdict.keep else 'the paper defaults'}): {path}; "
+        f"python sweep.py sampler=tuned/{tp.preset_name()} | wall time {budget.shown()}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    start = time.monotonic()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if {"-h", "--help"} & set(argv):
+        print(__doc__.strip() + "\n\nThe options (tune.*) and how the choice is made: docs/tune.md")
+        return 0
+    from recdiff.study.interrupt import interrupt_on_sigterm
+
+    interrupt_on_sigterm()
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    for handler in logging.getLogger().handlers:   # a trial's outcome is on the tune's own line
+        handler.addFilter(lambda record: record.funcName != "log_trial")
+    try:
+        return tune(argv, start)
+    except KeyboardInterrupt:
+        print("error: interrupted: the running trial is re-queued; the same command again continues the study",
+              file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if os.environ.get("RECDIFF_TRACEBACK"):
+            raise
+        print(f"error: {describe_error(exc)}", file=sys.stderr)
+        return 1 if isinstance(exc, SweepStopped) or not _input_error(exc) else 2
+
+
+def _input_error(exc: BaseException) -> bool:
+    """Bad input: a recdiff check, or Hydra's or OmegaConf's (an unknown key, a wrong type, a missing config)."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    return isinstance(exc, (RecdiffError, HydraException, OmegaConfBaseException))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""The tune's plan: the sweep's typed plan, composed with Hydra's compose API over ``conf/`` as ``sweep.py`` composes
+it, and the tune's own options (``tune.*``, :class:`TuneOptions`), every setting checked before anything loads.
+
+From it derive the three studies of one tune (all in ``study.storage``): the search (``study.name``, by default
+``tune-<model>-<benchmark>-<device>-b<batch>``), the reference on the searched slice (``<name>-reference``) and the
+held-out slice (``<name>-holdout``), where the choice is confirmed beside the paper's defaults and the reference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from recdiff.errors import RecdiffError
+from recdiff.params import DiffusionParams, SamplerParams
+from recdiff.schema import Config, Mode
+
+REPO = Path(__file__).resolve().parents[2]
+CONF = REPO / "conf"
+PRESET_DIR = CONF / "sampler" / "tuned"   # presets here are a config group option: `sweep.py sampler=tuned/<name>`
+
+
+@dataclass
+class TuneOptions:
+    """``tune.*`` on the command line."""
+
+    time_budget_s: Optional[float] = None    # wall time of the whole command (search, confirmation, table); null: none
+    patience: Optional[int] = 12             # stop after this many trials run without a faster feasible setting
+    trial_timeout_x: float = 1.5             # a search trial is cut (FAIL timeout) after this many reference trials
+    holdout_limit: Optional[int] = None      # problems of the held-out slice (null: benchmark.limit)
+    holdout_offset: Optional[int] = None     # its first problem (null: right after the searched slice)
+    holdout_repeats: Optional[int] = None    # rounds of paired timing on the held-out slice (null: run.repeats)
+    runners_up: int = 3                      # rows of runners-up in the closing table
+    name: Optional[str] = None               # the preset's name (null: <model>-<device>-b<batch>)
+    preset_dir: Optional[str] = None         # where the preset is written (null: conf/sampler/tuned)
+    output_dir: str = "outputs/tune"         # each trial's files, under <output_dir>/<study>/
+
+    def __post_init__(self) -> None:
+        if self.time_budget_s is not None and not self.time_budget_s > 0:
+            raise RecdiffError(f"tune.time_budget_s={self.time_budget_s!r} must be > 0 (or null: no time budget)")
+        if self.patience is not None and self.patience < 1:
+            raise RecdiffError(f"tune.patience={self.patience!r} must be >= 1 (or null: no patience)")
+        if not self.trial_timeout_x > 0:
+            raise RecdiffError(f"tune.trial_timeout_x={self.trial_timeout_x!r} must be > 0 (times the reference's "
+                               "trial)")
+        for key in ("holdout_limit", "holdout_offset"):
+            v = getattr(self, key)
+            if v is not None and v < (1 if key == "holdout_limit" else 0):
+                raise RecdiffError(f"tune.{key}={v!r} must be >= {1 if key == 'holdout_limit' else 0}")
+        if self.holdout_repeats is not None and self.holdout_repeats < 2:
+            raise RecdiffError(f"tune.holdout_repeats={self.holdout_repeats!r} must be >= 2 (an interval needs two)")
+        if self.runners_up < 0:
+            raise RecdiffError(f"tune.runners_up={self.runners_up!r} must be >= 0")
+        if self.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.name):
+            raise RecdiffError(f"tune.name={self.name!r}: a preset's name is letters, digits, '_', '.', '-'")
+
+
+@dataclass
+class _Root:                 # so that a mistake reads tune.<key>
+    tune: TuneOptions = field(default_factory=TuneOptions)
+
+
+@dataclass
+class TunePlan:
+    """What one tune runs: the search's plan (``study.mode=search`` over the diffusion sampler's knobs) and the
+    plans derived from it."""
+
+    search: Config
+    options: TuneOptions
+    device: str               # resolved: cpu, cuda, cuda:N
+    command: str              # the overrides as given (the preset's provenance)
+
+    @property
+    def batch(self) -> int:
+        """The batch size of the question: sequences per timed call."""
+        return int(self.search.run.timing_batch)
+
+    def grid(self, sampler: SamplerParams, suffix: str, benchmark: dict[str, Any] | None = None,
+             **run: Any) -> Config:
+        """A grid plan into the study ``<name>-<suffix>``: the search's settings with another sampler (and slice, and
+        ``run`` settings)."""
+        plan = self.search
+        study = dataclasses.replace(plan.study, mode=Mode.grid, name=f"{plan.study.name}-{suffix}", baselines=False)
+        return dataclasses.replace(plan, sampler=sampler, study=study, run=dataclasses.replace(plan.run, **run),
+                                   benchmark=benchmark if benchmark is not None else plan.benchmark)
+
+    def reference(self) -> Config:
+        """The reference (``run.reference``, static AR at r=32) on the searched slice: the accuracy to keep."""
+        return self.grid(self.search.run.reference_sampler(), "reference")
+
+    def holdout_benchmark(self) -> dict[str, Any]:
+        b = dict(self.search.benchmark)
+        limit = self.options.holdout_limit or b.get("limit")
+        offset = self.options.holdout_offset
+        if offset is None:
+            offset = int(b.get("offset") or 0) + int(b["limit"])
+        return {**b, "limit": limit, "offset": offset}
+
+    def holdout(self, sampler: SamplerParams) -> Config:
+        """``sampler`` on the held-out slice, timed in ``tune.holdout_repeats`` rounds (default: ``run.repeats``). The
+        reference is timed against itself (speed-up 1 by definition) in the fewest rounds: its accuracy counts."""
+        if sampler == self.search.run.reference_sampler():
+            return self.grid(sampler, "holdout", self.holdout_benchmark(), speed_samples=1, repeats=2)
+        return self.grid(sampler, "holdout", self.holdout_benchmark(), repeats=self.holdout_repeats)
+
+    @property
+    def holdout_repeats(self) -> int:
+        return self.options.holdout_repeats or self.search.run.repeats
+
+    def defaults(self) -> DiffusionParams:
+        """The paper's defaults of the searched knobs, with the plan's other settings."""
+        searched = set(self.search.study.search)
+        paper = {f.name: f.default for f in DiffusionParams.declared() if f.name in searched}
+        return dataclasses.replace(self.search.sampler, **paper, preset=None)
+
+    def paper(self) -> dict[str, Any]:
+        """The paper's defaults of the searched knobs, as a searched trial's parameters."""
+        return {k: v for k, v in self.defaults().params().items() if k in self.search.study.search}
+
+    def preset_name(self) -> str:
+        return self.options.name or f"{self.search.model.name}-{device_slug(self.device)}-b{self.batch}"
+
+    def preset_path(self) -> Path:
+        return Path(self.options.preset_dir or PRESET_DIR) / f"{self.preset_name()}.yaml"
+
+    def output_dir(self) -> Path:
+        return Path(self.options.output_dir) / self.search.study.name
+
+
+def device_slug(device: str) -> str:
+    """A short name of the device for study and preset names: ``cpu``, or the GPU's model (``h100``, ``a100``)."""
+    if not device.startswith("cuda"):
+        return "cpu"
+    import torch
+
+    name = torch.cuda.get_device_name(device)
+    found = re.search(r"\b([A-Z]{1,2}\d{2,4}[A-Z]?)\b", name)
+    return found.group(1).lower() if found else "cuda"
+
+
+def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(Hydra overrides, ``tune.*`` ones)."""
+    tune = [a for a in argv if a.startswith("tune.")]
+    return [a for a in argv if not a.startswith("tune.")], tune
+
+
+def parse_options(overrides: list[str]) -> TuneOptions:
+    """``tune.key=value`` overrides over :class:`TuneOptions` (typos and wrong types fail in one line)."""
+    from omegaconf import OmegaConf
+
+    from recdiff.errors import describe_error
+
+    try:
+        cfg = OmegaConf.merge(OmegaConf.structured(_Root), OmegaConf.from_dotlist(overrides))
+        return OmegaConf.to_object(cfg).tune
+    except RecdiffError:
+        raise
+    except Exception as exc:  # noqa: BLE001 — OmegaConf's errors, one line
+        raise RecdiffError(describe_error(exc)) from None
+
+
+def _given(overrides: list[str], key: str) -> bool:
+    return any(o.lstrip("+~").split("=", 1)[0] == key for o in overrides)
+
+
+def compose(argv: list[str]) -> TunePlan:
+    """The tune's plan from its command line: Hydra overrides as for ``sweep.py`` (``study=tune`` unless another
+    study is named), ``tune.*`` options. One :class:`RecdiffError` line for any mistake."""
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf, open_dict
+
+    from recdiff.load import resolve_device
+    from recdiff.samplers import default_batch_size
+    from recdiff.schema import benchmark_label, make_plan
+
+    overrides, tune = split_overrides(argv)
+    options = parse_options(tune)
+    defaults = [o for o, key in (("study=tune", "study"), ("run.progress=false", "run.progress"))
+                if not _given(overrides, key)]
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = hydra_compose(config_name="config", overrides=[*defaults, *overrides])
+    if cfg.sampler.name != "diffusion":
+        raise RecdiffError(f"sampler={cfg.sampler.name}: the tune searches the diffusion sampler's knobs "
+                           "(sampler=diffusion, or a preset sampler=tuned/<name> to start from)")
+    device = resolve_device(str(cfg.model.device))
+    with open_dict(cfg):
+        batch = cfg.run.batch_size or default_batch_size(device)
+        cfg.run.timing_batch = batch       # the speed of the question: batch-1 tokens/s, or a batch's throughput
+        # accuracy does not depend on the batch (docs/speed.md): the accuracy pass decodes side by side regardless
+        cfg.run.batch_size = max(batch, default_batch_size(device))
+        cfg.run.timeout_s = None           # a trial's limit is the tune's (tune.trial_timeout_x, the time left)
+        cfg.sampler.preset = None          # a preset to start from is only its settings
+        if OmegaConf.is_missing(cfg.study, "name"):
+            label = benchmark_label(cfg.benchmark)
+            cfg.study.name = f"tune-{cfg.model.name}-{label}-{device_slug(device)}-b{batch}"
+    plan = make_plan(cfg)
+    if plan.study.mode != Mode.search:
+        raise RecdiffError(f"study.mode={plan.study.mode.value}: the tune is a search (study=tune)")
+    if plan.benchmark.get("limit") is None:
+        raise RecdiffError("benchmark.limit=null: the tune needs a limited slice, and a held-out one after it")
+    tp = TunePlan(search=plan, options=options, device=device, command=shlex.join(argv))
+    searched, held = plan.benchmark, tp.holdout_benchmark()
+    start, end = int(searched.get("offset") or 0), int(searched.get("offset") or 0) + int(searched["limit"])
+    if held["offset"] < end and start < held["offset"] + held["limit"]:
+        raise RecdiffError(f"tune.holdout_offset={held['offset']}: the held-out slice overlaps the searched one "
+                           f"(benchmark.offset={start}, benchmark.limit={searched['limit']})")
+    return tp

@@ -1,0 +1,200 @@
+"""The tune's studies and its search, on the study package's one path (claim → measure → record,
+:mod:`recdiff.study.record`): claims with heartbeats, a trial interrupted (Ctrl-C, SIGTERM) or whose process died
+(SIGKILL) FAIL and re-queued, so that the same command again continues the study and loses no trial.
+
+- the reference (``run.reference``, static AR at r=32) on the searched slice, a grid trial of ``<name>-reference``:
+  the accuracy a setting must keep;
+- the search (``<name>``): the paper's defaults and one-knob moves around the best so far first
+  (:mod:`recdiff.tune.design`), then Optuna's proposals (``study.algorithm``) over ``study.search``; each trial's accuracy constraint is Optuna's
+  own (``Trial.set_constraint``), set before the trial is told; it stops at ``study.n_trials`` counted trials, after
+  ``tune.patience`` trials without a gain, or when the time budget holds no further trial; one line per trial with
+  the best so far;
+- :func:`measure_grid`: one grid configuration (the reference, a held-out measurement), taken and measured once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from recdiff.errors import SweepStopped
+from recdiff.schema import Config
+from recdiff.study.identity import config_hash
+from recdiff.study.record import (claim_asked, duplicate, find_duplicate, measure, record_outcome, run_claimed, take,
+                                  tell)
+from recdiff.study.search import counts, make_sampler
+from recdiff.study.storage import fail_stale_trials, holding
+from recdiff.trial.deadline import TrialTimeout, deadline
+from recdiff.trial.outcome import State
+from recdiff.tune.budget import Budget, confirmation_s, next_trial_s
+from recdiff.tune.choice import Measured, choose, constraint, feasible, settings_text, since_gain
+from recdiff.tune.design import next_setting
+from recdiff.tune.plan import TunePlan
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class Tuning:
+    """One tune under way: its plan, studies, identities, workloads and budget."""
+
+    tp: TunePlan
+    search: optuna.Study
+    reference: optuna.Study
+    holdout: optuna.Study
+    identity: dict[str, Any]              # the searched slice's (search and reference studies)
+    holdout_identity: dict[str, Any]
+    load: Callable[[], Any]               # the searched slice's workload
+    load_holdout: Callable[[], Any]
+    budget: Budget
+
+
+def open_tuning(tp: TunePlan, budget: Budget, threads: int) -> Tuning:
+    """Check the outputs, prepare both slices, open the three studies (each refused when it holds trials measured
+    otherwise); nothing loads a model here."""
+    from recdiff.study.job import open_checked_study
+    from recdiff.study.writable import check_writable_outputs
+    from recdiff.trial import prepare
+
+    out = tp.output_dir()
+    check_writable_outputs(tp.search.study, out, out)
+    searched = prepare(tp.search.model, tp.search.benchmark)
+    held = prepare(tp.search.model, tp.holdout_benchmark())
+    search, identity = open_checked_study(tp.search, searched, out / "search")
+    # a resumed search draws anew rather than repeating its first proposals (each run seeds by what the study holds)
+    search.sampler = make_sampler(tp.search.study, worker=len(search.get_trials(deepcopy=False)))
+    reference, _ = open_checked_study(tp.reference(), searched, out / "reference")
+    holdout, holdout_identity = open_checked_study(tp.holdout(tp.defaults()), held, out / "holdout")
+    return Tuning(tp, search, reference, holdout, identity, holdout_identity, lambda: searched.load(threads),
+                  lambda: held.load(threads), budget)
+
+
+def measure_grid(plan: Config, study: optuna.Study, load: Callable[[], Any], out_dir: Path,
+                 identity: dict[str, Any]) -> FrozenTrial:
+    """The plan's configuration in its grid study: COMPLETE already, copied from another study of the storage under
+    the same identity, or measured now. One that cannot complete stops the tune in one line (exit 1)."""
+    attrs = {"config_hash": config_hash(plan), "identity": identity}
+    trial = take(plan, study, attrs)
+    if trial is None:
+        raise SweepStopped(f"study {study.study_name}: the worker of {plan.sampler.name} died more than "
+                           f"study.max_retry={plan.study.max_retry} times")
+    if trial.state != TrialState.COMPLETE:
+        trial, _ = run_claimed(plan, study, trial, load, out_dir, attrs, reuse=plan.study.reuse)
+    if trial.state != TrialState.COMPLETE or Measured.of(trial) is None:
+        why = trial.user_attrs.get("fail_reason") or trial.user_attrs.get("prune_reason") or trial.state.name
+        raise SweepStopped(f"study {study.study_name}: trial {trial.number} ({plan.sampler.name}) did not complete "
+                           f"({why}): the tune stopped")
+    return trial
+
+
+def queue_next(t: Tuning, floor: float) -> None:
+    """Queue the design's next setting (:func:`recdiff.tune.design.next_setting`) when no trial waits: a re-queued
+    trial (interrupted, its worker dead) runs before anything new."""
+    if t.search.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        return
+    seen = [tr.params for tr in t.search.get_trials(deepcopy=False)]
+    done = [m for m in measured(counted(t.search)) if m is not None]
+    params = next_setting(t.tp, done, floor, seen)
+    if params is not None:
+        t.search.enqueue_trial(params)
+
+
+def counted(study: optuna.Study) -> list[FrozenTrial]:
+    """The search's counted trials (:func:`recdiff.study.search.counts`), in order."""
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED))
+    return sorted((t for t in done if counts(t)), key=lambda t: t.number)
+
+
+def measured(trials: list[FrozenTrial]) -> list[Measured | None]:
+    """The trials that ran (an invalid combination, PRUNED at once, did not), measured or None (FAIL): the patience
+    counts these."""
+    return [Measured.of(t) for t in trials if t.state != TrialState.PRUNED]
+
+
+def holdout_factor(tp: TunePlan) -> float:
+    """The held-out slice's measurement over a searched trial's: more problems or more rounds take longer."""
+    held, searched = tp.holdout_benchmark(), tp.search.benchmark
+    return max(held["limit"] / searched["limit"], tp.holdout_repeats / tp.search.run.repeats)
+
+
+def reserve_s(t: Tuning, history: list[Measured | None], reference: Measured, floor: float) -> float:
+    """Seconds to keep for the confirmation (see :func:`recdiff.tune.budget.confirmation_s`)."""
+    defaults = t.tp.paper()
+    done = [m for m in history if m is not None]
+    paper = next((m.seconds for m in done if m.params == defaults), None)
+    best = choose(done, floor, defaults)
+    return confirmation_s(reference.seconds or 0.0, paper, best.seconds if best else None, holdout_factor(t.tp))
+
+
+def search(t: Tuning, reference: Measured, floor: float, say: Say) -> str:
+    """Ask, claim, measure and record trials until a budget ends the search; why it ended."""
+    plan, opts, study = t.tp.search, t.tp.options, t.search
+    space, paper = plan.search_space(), t.tp.paper()
+    in_a_row = 0
+    while True:
+        fail_stale_trials(study)
+        done, history = len(counted(study)), measured(counted(study))
+        if done >= plan.study.n_trials:
+            return f"the study holds {done} trials (study.n_trials={plan.study.n_trials})"
+        if opts.patience and since_gain(history, floor) >= opts.patience:
+            return f"no gain in the last {opts.patience} trials (tune.patience={opts.patience})"
+        reserve = reserve_s(t, history, reference, floor)
+        durations = [m.seconds for m in history if m is not None and m.seconds]
+        if not t.budget.fits(reserve + next_trial_s(durations, reference.seconds or 0.0)):
+            return (f"the time budget holds no further trial and the confirmation ({t.budget.shown()} used, "
+                    f"{reserve:.0f} s kept for the confirmation)")
+        queue_next(t, floor)
+        trial = study.ask(space)
+        claim_asked(study, trial)
+        trial_plan = plan.with_sampler(**trial.params)
+        attrs = {"config_hash": config_hash(trial_plan), "identity": t.identity}
+        for k, v in attrs.items():   # seen by other workers' duplicate checks from now on
+            trial.set_user_attr(k, v)
+        dup = find_duplicate(study, attrs["config_hash"], exclude=trial.number) if plan.study.skip_duplicates else None
+        if dup is not None:
+            tell(study, trial, duplicate(dup.number), "")
+            in_a_row += 1
+            if in_a_row >= plan.study.max_duplicates:
+                return f"{in_a_row} duplicate proposals in a row: the search space looks exhausted"
+            continue
+        in_a_row = 0
+        out = t.tp.output_dir() / "search" / "trials" / f"{trial.number:04d}"
+        # a setting slower than a few reference trials cannot be the fastest; the confirmation keeps its time
+        limit = min(t.budget.left() - reserve, opts.trial_timeout_x * (reference.seconds or math.inf))
+        try:
+            with deadline(None if math.isinf(limit) else limit), holding(study, trial, plan.study.heartbeat_interval):
+                outcome = measure(trial_plan, study, t.load, out, attrs, reuse=False)
+        except TrialTimeout:   # the limit fell outside the measurement: the trial is FAIL (interrupted), re-queued
+            return f"trial {trial.number} reached its time limit ({limit:.0f} s) outside its measurement: re-queued"
+        if outcome.state == State.COMPLETE:
+            try:
+                trial.set_constraint("accuracy", constraint(outcome.values[0], floor))
+            except optuna.exceptions.UpdateFinishedTrialError:   # failed meanwhile by another worker: not ours
+                pass
+        finished = record_outcome(trial_plan, study, trial, outcome, out, attrs)
+        say(progress(finished, counted(study), floor, paper, t))
+
+
+def progress(trial: FrozenTrial, done: list[FrozenTrial], floor: float, paper: dict[str, Any], t: Tuning) -> str:
+    """One line: the trial's outcome, the best so far, the budgets."""
+    history = measured(done)
+    m = Measured.of(trial)
+    if m is None:
+        why = trial.user_attrs.get("fail_reason") or trial.user_attrs.get("prune_reason") or ""
+        head = f"trial {trial.number:3d} {trial.state.name:8s} {why}"
+    else:
+        ok = "feasible" if feasible(m, floor) else "below the reference's accuracy"
+        head = (f"trial {trial.number:3d} speed-up {m.speed()} accuracy {m.acc()} {ok}; "
+                f"{settings_text(m.params, paper)}")
+    ran = [h for h in history if h is not None]
+    best = choose(ran, floor, paper) or next((h for h in ran if h.params == paper and feasible(h, floor)), None)
+    shown = f"best: trial {best.number} {best.speed()}" if best else "best: none feasible yet"
+    opts, n = t.tp.options, t.tp.search.study.n_trials
+    gain = f", {since_gain(history, floor)} of {opts.patience} without a gain" if opts.patience else ""
+    return f"{head} | {shown} | {len(done)}/{n} trials, {t.budget.shown()}{gain}"

@@ -1,0 +1,75 @@
+"""The tune's command line: the sweep's plan plus ``tune.*``, the names of its studies and preset, the held-out slice
+after the searched one, and bad input in one line (exit 2) before any model loads."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from recdiff.errors import RecdiffError
+from recdiff.params import DiffusionParams
+from recdiff.tune.plan import PRESET_DIR, compose
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_defaults_search_the_diffusion_knobs_at_the_batch_asked():
+    tp = compose(["run.batch_size=1"])
+    plan = tp.search
+    assert plan.study.name == "tune-embedded-compose-cpu-b1" and plan.study.mode.value == "search"
+    assert plan.study.search == ["r_inner", "beta", "beta_schedule", "eta", "epsilon", "wavefront", "headway",
+                                 "init_scale"]
+    # the batch asked is the speed's (timed calls); the accuracy pass decodes 32 side by side whatever it is
+    assert (plan.run.timing_batch, plan.run.batch_size, plan.run.timeout_s, plan.run.progress) == (1, 32, None, False)
+    assert tp.preset_name() == "embedded-cpu-b1" and tp.preset_path() == PRESET_DIR / "embedded-cpu-b1.yaml"
+    # without a batch size: the device's default, timed as a batch's throughput; another study and preset
+    b32 = compose([])
+    assert (b32.batch, b32.search.run.timing_batch, b32.search.study.name) == (32, 32, "tune-embedded-compose-cpu-b32")
+
+
+def test_the_derived_plans():
+    tp = compose(["run.batch_size=1", "benchmark.limit=48", "benchmark.offset=8"])
+    ref = tp.reference()
+    assert ref.sampler.name == "static" and ref.sampler.r == 32 and ref.study.name.endswith("-b1-reference")
+    assert ref.study.mode.value == "grid" and ref.benchmark == tp.search.benchmark
+    held = tp.holdout(tp.defaults())
+    assert (held.benchmark["offset"], held.benchmark["limit"]) == (56, 48)   # right after the searched slice
+    assert held.study.name.endswith("-b1-holdout") and held.run.repeats == tp.search.run.repeats
+    defaults = tp.defaults()
+    assert defaults.params() == DiffusionParams().params()
+    other = compose(["run.batch_size=1", "tune.holdout_limit=20", "tune.holdout_offset=500", "tune.holdout_repeats=5",
+                     "sampler.r_inner=1", "sampler.r=16"])
+    held = other.holdout(other.defaults())
+    assert (held.benchmark["offset"], held.benchmark["limit"], held.run.repeats) == (500, 20, 5)
+    # the paper's defaults of the searched knobs, the other settings as given
+    assert (other.defaults().r_inner, other.defaults().r) == (4, 16)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["tune.budget=5"], "unknown config key 'tune.budget'"),
+    (["tune.patience=soon"], "tune.patience"),
+    (["tune.time_budget_s=-1"], "tune.time_budget_s=-1.0 must be > 0"),
+    (["sampler=static"], "sampler=static: the tune searches the diffusion sampler's knobs"),
+    (["study=grid"], "study.mode=grid: the tune is a search"),
+    (["tune.holdout_offset=100"], "the held-out slice overlaps the searched one"),
+    (["tune.name=a/b"], "tune.name='a/b'"),
+])
+def test_bad_input_is_one_line(argv, message):
+    with pytest.raises(RecdiffError, match=message.replace("(", r"\(").replace(")", r"\)")) as err:
+        compose(argv)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("arg, line", [
+    ("sampler.r_innr=2", "error: unknown config key 'sampler.r_innr' (did you mean 'r_inner'?)"),
+    ("tune.time_budget=600", "error: unknown config key 'tune.time_budget' (did you mean 'time_budget_s'?)"),
+])
+def test_the_command_refuses_a_bad_override_in_one_line_with_exit_2(tmp_path, arg, line):
+    proc = subprocess.run([sys.executable, "-m", "recdiff.tune", arg, f"study.storage={tmp_path}/j.log"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [line]
+    assert not (tmp_path / "j.log").exists()       # nothing opened, nothing recorded

@@ -1,0 +1,199 @@
+"""The tune's search in-process, with a fake trial runner (no model): the paper's defaults first, Optuna's own
+constraint on every measured trial, the budgets (trials, time, patience), a resumed study, the confirmation on the
+held-out slice. The real runner, a kill and a resume run in a subprocess in test_resume.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+
+import recdiff.trial
+from recdiff.trial import TrialResult
+from recdiff.tune.budget import Budget, confirmation_s, next_trial_s
+from recdiff.tune.choice import Measured
+from recdiff.tune.confirm import confirm
+from recdiff.tune.plan import compose
+from recdiff.params import DiffusionParams
+from recdiff.tune.choice import since_gain
+from recdiff.tune.design import steps
+from recdiff.tune.study import counted, measure_grid, measured, open_tuning, search
+
+
+class FakeWork:
+    device = "cpu"
+    threads = None
+
+
+def fake_run_trial(calls: list):
+    """Static AR: speed-up 1, accuracy 1. Diffusion: speed-up 8 / (r_inner + 1); accuracy 0.5 (below the reference's
+    interval) when epsilon > 0.1, else 1; the held-out slice (offset > 0) runs 10% faster."""
+
+    def run(work, trial, output_dir):
+        s, run = trial.sampler, trial.run
+        calls.append(s.params())
+        if s.name == "static":
+            speed, acc = 1.0, 1.0
+        else:
+            speed, acc = 8 / (s.r_inner + 1), 0.5 if s.epsilon > 0.1 else 1.0
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        attrs = dict(accuracy_low={1.0: 0.93, 0.5: 0.43}[acc], accuracy_high=1.0, n_samples=48,
+                     output_dir=str(output_dir), speedup=speed, speedup_lo=speed * 0.97, speedup_hi=speed * 1.03,
+                     timing_batch=run.timing_batch)
+        return TrialResult(accuracy=acc, tokens_per_s=30 * speed, attrs=attrs)
+
+    return run
+
+
+@pytest.fixture
+def calls(monkeypatch) -> list:
+    calls: list = []
+    monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial(calls))
+    return calls
+
+
+def tuning(tmp_path: Path, *extra: str, budget: Budget | None = None):
+    tp = compose(["run.batch_size=1", "benchmark.limit=48", f"study.storage={tmp_path}/j.log",
+                  f"study.artifact_dir={tmp_path}/art", f"tune.output_dir={tmp_path}/out",
+                  "tune.trial_timeout_x=1000", *extra])   # the fake reference takes no time: no limit from it
+    t = open_tuning(tp, budget or Budget(None), threads=1)
+    t.load = t.load_holdout = lambda: FakeWork()
+    return t
+
+
+def reference(t) -> Measured:
+    return Measured.of(measure_grid(t.tp.reference(), t.reference, t.load, t.tp.output_dir() / "ref", t.identity))
+
+
+def test_the_search_starts_at_the_defaults_and_records_optunas_constraint(tmp_path, calls):
+    t = tuning(tmp_path, "study.n_trials=6")
+    ref = reference(t)
+    assert (ref.speedup, ref.accuracy, ref.accuracy_lo) == (1.0, 1.0, 0.93) and calls[0]["r"] == 32
+    lines: list[str] = []
+    why = search(t, ref, ref.accuracy_lo, lines.append)
+    assert why == "the study holds 6 trials (study.n_trials=6)"
+    trials = t.search.get_trials()
+    assert trials[0].params == {k: v for k, v in t.tp.defaults().params().items() if k in t.tp.search.study.search}
+    for trial in trials:
+        if trial.state == TrialState.COMPLETE:   # Optuna's constraint: ≤ 0 feasible
+            acc = trial.values[0]
+            assert trial.constraints == {"accuracy": pytest.approx(0.93 - acc)}
+            assert trial.user_attrs["timing_batch"] == 1
+    assert all(t_.user_attrs["speedup"] and t_.values[0] == 1.0 for t_ in t.search.best_trials)  # feasible only
+    assert len(lines) == len(counted(t.search)) == 6
+    assert lines[0].startswith("trial   0 speed-up 1.60x [1.55, 1.65] accuracy 1.000 [0.930, 1.000] feasible; "
+                               "(the paper's defaults) | best: trial 0 1.60x")
+
+
+def test_patience_stops_the_search(tmp_path, calls):
+    t = tuning(tmp_path, "study.n_trials=40", "tune.patience=2")
+    ref = reference(t)
+    why = search(t, ref, ref.accuracy_lo, lambda line: None)
+    assert why == "no gain in the last 2 trials (tune.patience=2)"
+    history = measured(counted(t.search))
+    assert since_gain(history, ref.accuracy_lo) == 2 and since_gain(history[:-1], ref.accuracy_lo) < 2
+
+
+def test_the_first_trials_are_the_defaults_and_each_knob_moved_one_step(tmp_path, calls):
+    t = tuning(tmp_path, "study.n_trials=15", "tune.patience=null")
+    paper = t.tp.paper()
+    assert paper == {k: v for k, v in DiffusionParams().params().items() if k in t.tp.search.study.search}
+    moves = steps(t.tp, paper)
+    one_step = {}
+    for move in moves:
+        (key,) = [k for k in move if move[k] != paper[k]]     # one knob each
+        one_step.setdefault(key, set()).add(move[key])
+    # one declared value either way (recdiff/params.py); the schedule is left to the sampler (inert at β=0)
+    assert one_step == {"r_inner": {2, 8}, "beta": {0.1}, "eta": {0.0, 0.3}, "epsilon": {0.01, 0.1},
+                        "wavefront": {64, 256}, "headway": {2}, "init_scale": {0.5}}
+    assert steps(t.tp, paper) == moves                          # seeded with study.seed
+    # between declared values: to each of them
+    assert {m["r_inner"] for m in steps(t.tp, {**paper, "r_inner": 3})} == {2, 4, 3}
+    ref = reference(t)
+    search(t, ref, ref.accuracy_lo, lambda line: None)
+    ran = [tr.params for tr in counted(t.search)]
+    up_to = moves.index({**paper, "r_inner": 2}) + 2                  # the defaults, then the moves until r_inner=2
+    assert ran[:up_to] == [paper, *moves][:up_to]
+    # the fake runs r_inner=2 at 2.67x [2.59, 2.75], beyond the defaults' [1.55, 1.65]: the climb goes on around it
+    # (r_inner=1 is next to it)
+    around = [m for m in steps(t.tp, {**paper, "r_inner": 2}) if m not in ran[:up_to]]
+    assert ran[up_to:up_to + 3] == around[:3] and {**paper, "r_inner": 1} in around
+
+
+def test_the_time_budget_keeps_the_confirmations_time(tmp_path, calls):
+    clock = [0.0]
+    t = tuning(tmp_path, "study.n_trials=20", budget=Budget(100.0, clock=lambda: clock[0]))
+    ref = Measured(0, {}, 1.0, 0.97, 1.03, 1.0, 0.93, 1.0, seconds=30.0)
+    # the reference took 30 s: the next trial is expected to take 45 s, the confirmation 1.5 × 90 s
+    assert next_trial_s([], 30.0) == 45.0 and confirmation_s(30.0, None, None, 1.0) == pytest.approx(135.0)
+    why = search(t, ref, 0.93, lambda line: None)
+    assert why.startswith("the time budget holds no further trial and the confirmation (0:00 of 1:40 used, 135 s")
+    assert t.search.get_trials() == [] and calls == []
+
+
+def test_a_resumed_search_continues_the_study(tmp_path, calls):
+    t = tuning(tmp_path, "study.n_trials=3")
+    ref = reference(t)
+    search(t, ref, ref.accuracy_lo, lambda line: None)
+    again = tuning(tmp_path, "study.n_trials=5")
+    assert Measured.of(measure_grid(again.tp.reference(), again.reference, again.load, tmp_path / "r",
+                                    again.identity)).number == 0           # the reference is not measured again
+    search(again, ref, ref.accuracy_lo, lambda line: None)
+    assert len(counted(again.search)) == 5
+    # the first trials, each once and in order, and nothing left waiting
+    assert [tr.params for tr in again.search.get_trials()] == [again.tp.paper(), *steps(again.tp, again.tp.paper())][:5]
+    assert not again.search.get_trials(states=(TrialState.WAITING,))
+    assert sum(c.get("r") == 32 and "r_inner" not in c for c in calls) == 1
+
+
+def test_the_confirmation_measures_reference_defaults_and_choice_on_the_held_out_slice(tmp_path, calls):
+    t = tuning(tmp_path)
+    chosen = t.tp.search.with_sampler(r_inner=1).sampler
+    held = confirm(t, chosen, lambda line: None)
+    assert [held[k].speedup for k in ("reference", "defaults", "chosen")] == [1.0, 1.6, 4.0]
+    trials = t.holdout.get_trials()
+    assert [tr.user_attrs["config"]["benchmark"]["offset"] for tr in trials] == [48, 48, 48]
+    # the reference is timed against itself in the fewest rounds; the others as the search times them
+    assert [(tr.user_attrs["config"]["run"]["speed_samples"], tr.user_attrs["config"]["run"]["repeats"])
+            for tr in trials] == [(1, 2), (3, 3), (3, 3)]
+    # the defaults as the choice: measured once
+    again = confirm(t, t.tp.defaults(), lambda line: None)
+    assert again["chosen"].number == again["defaults"].number == 1 and len(t.holdout.get_trials()) == 3
+
+
+def test_an_interrupted_trial_runs_again_before_anything_new(tmp_path, calls):
+    from recdiff.study.record import claim_asked
+    from recdiff.study.storage import fail_interrupted
+
+    t = tuning(tmp_path, "study.n_trials=2")
+    ref = reference(t)
+    t.search.enqueue_trial({**t.tp.paper(), "r_inner": 16})
+    lost = t.search.ask(t.tp.search.search_space())         # as Ctrl-C leaves it: FAIL (interrupted), re-queued
+    claim_asked(t.search, lost)
+    fail_interrupted(t.search, lost)
+    search(t, ref, ref.accuracy_lo, lambda line: None)
+    done = counted(t.search)
+    assert done[0].params == lost.params and done[0].system_attrs["failed_trial"] == lost.number
+    assert done[1].params == t.tp.paper()                    # then the paper's defaults
+
+
+def test_the_command_ends_with_its_table_and_a_preset_that_loads(tmp_path, calls, capsys):
+    from recdiff.tune.__main__ import tune
+    from recdiff.tune.preset import read_preset
+
+    argv = ["run.batch_size=1", "benchmark.limit=48", "study.n_trials=10", "tune.trial_timeout_x=1000",
+            f"study.storage={tmp_path}/j.log",
+            f"study.artifact_dir={tmp_path}/art", f"tune.output_dir={tmp_path}/out", f"tune.preset_dir={tmp_path}/p"]
+    assert tune(argv, start=0.0) == 0
+    out = capsys.readouterr().out
+    # the first trials: the defaults, then one knob moved each; the fake runs r_inner=2 (the 10th) at 8/3 = 2.67x, the
+    # defaults and every other move but r_inner=8 at 1.6x
+    chosen, paper, ref, *_ = out.split("speed-up vs static r=32 [95% CI]")[1].splitlines()[1:]
+    assert chosen.startswith("chosen") and "2.67x [2.59, 2.75]" in chosen and chosen.endswith("r_inner=2")
+    assert paper.startswith("paper defaults") and "1.60x [1.55, 1.65]" in paper
+    assert ref.startswith("static r=32 = reference") and "held-out" in ref
+    assert "the chosen setting beats the paper's defaults beyond the intervals" in out
+    preset = read_preset(tmp_path / "p" / "embedded-cpu-b1.yaml")
+    assert preset.r_inner == 2 and preset.epsilon == 0.03 and preset.preset.batch_size == 1
+    assert preset.preset.result.startswith("2.67x [2.59, 2.75] vs static r=32")
