@@ -1,6 +1,7 @@
 # Two commands set up and run everything on a fresh machine with Python 3.11+ (README, "Quick start"):
 #   make sweep    the main job on the embedded default (creates .venv on first use)
-#   make test     the test suite, as CI runs it (.ci/run)
+#   make test     the test suite, as CI runs it (.ci/run), with its 25 slowest tests
+#   make test-fast  the suite without its slow tier (model, samplers, config, study logic), while working
 # The environment is .venv, built from constraints.txt (the exact versions CI tests) once, and again when
 # constraints.txt or pyproject.toml change. TORCH_INDEX=https://download.pytorch.org/whl/cpu takes torch's CPU build
 # from PyTorch's index (PyPI's Linux torch is the CUDA build, several GB); PYTHON picks the interpreter.
@@ -12,13 +13,16 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH := $(shell sed -n 's/^torch==//p' constraints.txt)
 
-.PHONY: sweep test paper dashboard report figure env clean-env
+.PHONY: sweep test test-fast paper dashboard report figure env clean-env
 
 sweep: $(STAMP)
 	$(PY) sweep.py -m sampler.r_inner=1,2,4,8
 
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=25
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow" --durations=10
 
 paper: $(STAMP)
 	$(PY) -m analysis paper --scale ci

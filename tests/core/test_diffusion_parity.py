@@ -12,7 +12,6 @@ compute, and may return more than max_new_tokens when several positions freeze i
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from safetensors.torch import load_file
 
 from recdiff import generate

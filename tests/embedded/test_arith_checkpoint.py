@@ -4,7 +4,6 @@ model card says, so that earlier results reproduce."""
 from pathlib import Path
 
 import pytest
-import torch
 
 import recdiff.load as load
 from recdiff.benchmarks import get_benchmark

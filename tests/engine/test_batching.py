@@ -4,61 +4,28 @@ different steps, and continuous batching (more prompts than slots)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from recdiff import generate
 from tests.conftest import read_cases
-
-# every sampler, and the diffusion sampler with both adaptive rules, headway and noise
-CONFIGS = [
-    ("static", {"r": 8}),
-    ("static", {"r": 4, "kv_cache": "per_step"}),
-    ("adaptive", {"r": 16, "epsilon": 0.05}),
-    ("adaptive", {"r": 16, "epsilon": 0.05, "kv_cache": "per_step", "exit_in_prefill": False}),
-    ("speculative", {"r": 8, "r_draft": 2, "lookahead": 3}),
-    ("diffusion", {"r": 8, "r_inner": 2, "freeze": "fixed"}),
-    ("diffusion", {"r": 16, "r_inner": 4, "epsilon": 0.05, "wavefront": 24}),
-    ("diffusion", {"r": 16, "r_inner": 4, "epsilon": 0.05, "wavefront": 24, "adaptive_rule": "reference",
-                   "freeze_rule": "last"}),
-    ("diffusion", {"r": 8, "r_inner": 2, "epsilon": 0.05, "wavefront": 6, "headway": 2, "beta": 0.3,
-                   "init_scale": 0.5, "eta": 0.2, "continuous_compute": True}),
-]
-
-
-def batch_prompts(d):
-    """The fixture's prompts plus prefixes and a concatenation of them: lengths from 3 to 19 tokens."""
-    prompts = list(json.loads((d / "prompts.json").read_text()).values())
-    a, b = prompts[0], prompts[1]
-    return [a, b, a[:3], b[:5], a + b, a[:9], b[2:]]
-
-
-def stop_token(model, prompts, limits, sampler, params):
-    """A token that some sequences produce within their limit and others do not, so that in the batch some stop
-    on it and others at their length limit."""
-    runs = [generate(model, p, sampler, max_new_tokens=n, stop_token_ids=[], **params).tokens
-            for p, n in zip(prompts, limits)]
-    counts = {t: sum(t in r for r in runs) for r in runs for t in r}
-    return max(counts, key=lambda t: (counts[t] < len(runs), counts[t]))
+from tests.matrices import EVERY_SAMPLER, LIMITS, batch_prompts, ids, stop_token
 
 
 def comparable(stats):
     return {k: v for k, v in stats.items() if k != "kv_cache_bytes"}
 
 
-@pytest.mark.parametrize("sampler, params", CONFIGS, ids=[f"{s}-{i}" for i, (s, _) in enumerate(CONFIGS)])
+@pytest.mark.parametrize("sampler, params", EVERY_SAMPLER, ids=ids(EVERY_SAMPLER))
 def test_batch_equals_each_prompt_alone(fixture_dir, load_fixture_model, sampler, params):
     model = load_fixture_model(fixture_dir)
     prompts = batch_prompts(fixture_dir)
-    limits = [16, 9, 20, 5, 12, 1, 14]
-    stop = stop_token(model, prompts, limits, sampler, params)
+    stop = stop_token(model, prompts, LIMITS, sampler, params)
     alone = [generate(model, p, sampler, max_new_tokens=n, stop_token_ids=[stop], **params)
-             for p, n in zip(prompts, limits)]
+             for p, n in zip(prompts, LIMITS)]
     assert len({len(r.tokens) for r in alone}) > 2  # the sequences really end at different steps
     assert len({r.stopped_by for r in alone}) > 1  # some stop on the token (or the step cap), others at length
     for batch_size in (3, len(prompts)):
-        together = generate(model, prompts, sampler, max_new_tokens=limits, stop_token_ids=[stop],
+        together = generate(model, prompts, sampler, max_new_tokens=LIMITS, stop_token_ids=[stop],
                             batch_size=batch_size, **params)
         assert isinstance(together, list) and len(together) == len(prompts)
         for i, (one, many) in enumerate(zip(alone, together)):

@@ -10,8 +10,6 @@ the same under either; test_compile_shipped.py checks the shipped settings."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 from torch._dynamo.utils import counters
@@ -20,26 +18,7 @@ from recdiff import generate, warm_up, load_model
 from recdiff.engine.pool import cache_length, get_runner
 from recdiff.engine.runner import set_compile
 from tests.conftest import RAVEN_TINY, need_fixtures
-
-# one per sampler (compiling is the slow part of these tests); the diffusion row exercises adaptive freezing,
-# headway and momentum, and its width changes from step to step. r' = 4 (the paper's default) runs its inner
-# recurrences in one compiled call, the graph a full-slot prefill uses too
-CONFIGS = [
-    ("static", {"r": 6}),
-    ("adaptive", {"r": 8, "epsilon": 0.05}),
-    ("speculative", {"r": 6, "r_draft": 2, "lookahead": 3}),
-    ("diffusion", {"r": 8, "r_inner": 4, "epsilon": 0.05, "headway": 2, "eta": 0.2}),
-]
-
-
-def prompts(d, n=None):
-    base = list(json.loads((d / "prompts.json").read_text()).values())
-    out = [base[0], base[1], base[0][:4], base[0] + base[1]]
-    return out if n is None else [(base[i % 2] * 4)[: 3 + i % 17] for i in range(n)]
-
-
-# engine_options["inductor"]: overrides of program.PATCHES
-QUICK = {"cpp_wrapper": False, "max_autotune": False, "freezing": False}
+from tests.matrices import ONE_PER_SAMPLER, QUICK, prompts
 
 
 @pytest.fixture(scope="module")
@@ -52,12 +31,12 @@ def compiled_model():
 def test_compiled_gives_the_eager_tokens(compiled_model, load_fixture_model):
     eager = load_fixture_model(RAVEN_TINY)
     ps = prompts(RAVEN_TINY)
-    for sampler, params in CONFIGS:
+    for sampler, params in ONE_PER_SAMPLER:
         want = [generate(eager, p, sampler, max_new_tokens=10, stop_token_ids=[], **params).tokens for p in ps]
         together = generate(compiled_model, ps, sampler, max_new_tokens=10, stop_token_ids=[], batch_size=len(ps),
                             **params)
         assert [r.tokens for r in together] == want, sampler
-    sampler, params = CONFIGS[-1]
+    sampler, params = ONE_PER_SAMPLER[-1]
     assert generate(compiled_model, ps[0], sampler, max_new_tokens=10, stop_token_ids=[], **params).tokens == want[0]
     # every replay above called inductor's generated code itself (program.direct), as it can in this torch
     assert all(p.direct is not None for run in compiled_model._runners.values() for p in run.programs.compiled.values())
@@ -70,7 +49,7 @@ def test_no_compilation_after_warm_up_across_many_prompt_lengths(compiled_model)
     included)."""
     ps = prompts(RAVEN_TINY, 20)
     assert len({len(p) for p in ps}) == 17
-    sampler, params = CONFIGS[-1]
+    sampler, params = ONE_PER_SAMPLER[-1]
     kw = dict(stop_token_ids=[], **params)
     warm_up(compiled_model, ps, sampler, batch_size=4, max_new_tokens=10, **kw)
     before = counters["stats"]["unique_graphs"]

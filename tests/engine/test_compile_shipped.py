@@ -10,7 +10,7 @@ import torch
 from recdiff import load_model
 from recdiff.engine.pool import cache_length, get_runner
 from tests.conftest import RAVEN_TINY, need_fixtures
-from tests.engine.test_compile import prompts
+from tests.matrices import prompts
 
 
 def test_the_shipped_inductor_settings_give_the_eager_logits(load_fixture_model):

@@ -10,7 +10,7 @@ import torch
 from recdiff import fused, generate
 from recdiff.model import RMSNorm
 from tests.conftest import RAVEN_TINY, need_fixtures
-from tests.engine.test_compile import prompts
+from tests.matrices import prompts
 
 
 def test_a_fused_model_gives_the_plain_tokens_and_logits(monkeypatch, load_fixture_model):

@@ -8,7 +8,7 @@ import torch
 
 from recdiff import generate, load_model
 from tests.conftest import RAVEN_TINY
-from tests.engine.test_compile import CONFIGS, prompts
+from tests.matrices import ONE_PER_SAMPLER, prompts
 
 
 def test_graph_replay_protocol_on_cpu(load_fixture_model):
@@ -18,7 +18,7 @@ def test_graph_replay_protocol_on_cpu(load_fixture_model):
     graphed = load_model(RAVEN_TINY)
     graphed.engine_options["emulate_graphs"] = True
     ps = prompts(RAVEN_TINY)
-    for sampler, params in CONFIGS:
+    for sampler, params in ONE_PER_SAMPLER:
         want = [generate(eager, p, sampler, max_new_tokens=10, stop_token_ids=[], **params).tokens for p in ps]
         got = generate(graphed, ps, sampler, max_new_tokens=10, stop_token_ids=[], batch_size=3, **params)
         assert [r.tokens for r in got] == want, sampler
@@ -31,7 +31,7 @@ def test_bfloat16_runs_every_sampler_batched_close_to_float32(load_fixture_model
     assert next(bf16.parameters()).dtype == torch.bfloat16
     ps = prompts(RAVEN_TINY)
     same = total = 0
-    for sampler, params in CONFIGS:
+    for sampler, params in ONE_PER_SAMPLER:
         want = generate(fp32, ps, sampler, max_new_tokens=10, stop_token_ids=[], **params)
         got = generate(bf16, ps, sampler, max_new_tokens=10, stop_token_ids=[], batch_size=len(ps), **params)
         for a, b in zip(want, got):
@@ -62,7 +62,7 @@ def test_graph_replay_alone_gives_the_eager_tokens(fixture_dir, load_fixture_mod
     eager = load_fixture_model(fixture_dir)
     graphed = load_model(fixture_dir)
     graphed.engine_options["emulate_graphs"] = True
-    for sampler, params in CONFIGS:
+    for sampler, params in ONE_PER_SAMPLER:
         for p in prompts(fixture_dir):
             kw = dict(max_new_tokens=10, stop_token_ids=[], **params)
             assert generate(graphed, p, sampler, **kw).tokens == generate(eager, p, sampler, **kw).tokens, sampler

@@ -3,42 +3,7 @@ on the meta device (no memory is allocated)."""
 
 from __future__ import annotations
 
-import torch
-
-from recdiff.tools.bench import SHAPES
-from recdiff.config import RecurrentConfig
-from recdiff.model import RecurrentDepthModel
-from recdiff.samplers import _module
-from recdiff.samplers.base import Options, Selector, StopCondition
-
-GB = 1e9
-
-
-def _tensors(obj) -> list[torch.Tensor]:
-    found = []
-    for v in vars(obj).values():
-        if isinstance(v, torch.Tensor):
-            found.append(v)
-        elif isinstance(v, list):
-            found += [t for t in v if isinstance(t, torch.Tensor)]
-    return found
-
-
-def meta_huginn() -> RecurrentDepthModel:
-    with torch.device("meta"):
-        return RecurrentDepthModel(RecurrentConfig(**SHAPES["huginn"])).to(torch.bfloat16)
-
-
-def predicted_bytes(model: RecurrentDepthModel, sampler: str, params: dict, slots: int, longest: int
-                    ) -> tuple[int, int, int, object]:
-    """(weights, KV cache, batch state, the batch) of a batched run of a meta-device ``model`` (no memory is used):
-    the buffers the sampler's batch allocates. tests/gpu/test_huginn.py holds a real run on a GPU to it."""
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    opts = Options(model=model, select=Selector(0.0, 1.0), stop=StopCondition(None, None, None), slots=slots,
-                   longest=longest)
-    batch = _module(sampler).make_batch(opts, params)
-    state = sum(t.numel() * t.element_size() for t in _tensors(batch))
-    return weights, batch.runner.cache.nbytes(), state, batch
+from tests.meta_memory import GB, meta_huginn, predicted_bytes
 
 
 def test_huginn_batch_32_at_4096_positions_fits_80_gb_next_to_the_weights():

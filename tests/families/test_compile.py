@@ -1,13 +1,13 @@
 """Compiled decoding on the retrofitted families (``compile=True`` on a CPU: torch.compile of P, R and C, grouped-
 query attention and rotate-half RoPE inside the graphs) gives the eager tokens, batched, for every sampler of
-tests/engine/test_compile.py's matrix, and under per-step caches; with the same quick inductor settings."""
+tests/matrices.py's ONE_PER_SAMPLER, and under per-step caches; with the same quick inductor settings."""
 
 from __future__ import annotations
 
 import pytest
 
 from recdiff import generate, load_model
-from tests.engine.test_compile import CONFIGS, QUICK, prompts
+from tests.matrices import ONE_PER_SAMPLER, QUICK, prompts
 
 pytestmark = pytest.mark.slow
 
@@ -17,7 +17,7 @@ def test_compiled_gives_the_eager_tokens(conv_dir, load_fixture_model):
     compiled = load_model(conv_dir, compile=True)
     compiled.engine_options["inductor"] = QUICK
     ps = prompts(conv_dir)
-    for sampler, params in CONFIGS:
+    for sampler, params in ONE_PER_SAMPLER:
         want = [generate(eager, p, sampler, max_new_tokens=10, stop_token_ids=[], **params).tokens for p in ps]
         got = generate(compiled, ps, sampler, max_new_tokens=10, stop_token_ids=[], batch_size=len(ps), **params)
         assert [r.tokens for r in got] == want, sampler

@@ -10,7 +10,7 @@ import torch
 from recdiff.config import RecurrentConfig
 from recdiff.model import RecurrentDepthModel
 from recdiff.tools.bench import SHAPES
-from tests.engine.test_memory import predicted_bytes
+from tests.meta_memory import predicted_bytes
 
 GB = 1e9
 FAMILIES = ("tinyllama", "llama-3.2", "olmo-2")

@@ -1,6 +1,6 @@
 """Every sampler on the retrofitted families, tested by the properties that hold for Huginn (the reference runs no
 adaptive, continuous-compute or diffusion generation on them: tests/fixtures/retro_tiny/README.md): a batch gives
-each prompt what it gives alone (tests/engine/test_batching.py's matrix), replayed graphs give the eager tokens
+each prompt what it gives alone (tests/matrices.py's EVERY_SAMPLER), replayed graphs give the eager tokens
 (tests/engine/test_gpu_path_on_cpu.py's), the diffusion sampler's closed-form reductions (tests/core/test_sampling.py),
 and statistics that add up; on one checkpoint per family whose recurrence converges (``converging`` in conftest.py).
 The shared cache holds r times less core K/V than per-step caches."""
@@ -16,8 +16,8 @@ from recdiff.cache import SlotKV
 from tests.core import test_sampling as reductions
 from tests.engine import test_batching as batching
 from tests.engine import test_gpu_path_on_cpu as graphs
-from tests.engine.test_compile import CONFIGS, prompts
 from tests.families.conftest import one_per_family
+from tests.matrices import EVERY_SAMPLER, ONE_PER_SAMPLER, ids, prompts
 
 
 @pytest.fixture
@@ -25,8 +25,7 @@ def d(conv_dir):
     return conv_dir
 
 
-@pytest.mark.parametrize("sampler, params", batching.CONFIGS,
-                         ids=[f"{s}-{i}" for i, (s, _) in enumerate(batching.CONFIGS)])
+@pytest.mark.parametrize("sampler, params", EVERY_SAMPLER, ids=ids(EVERY_SAMPLER))
 def test_batch_equals_each_prompt_alone(d, load_fixture_model, sampler, params):
     batching.test_batch_equals_each_prompt_alone(d, load_fixture_model, sampler, params)
 
@@ -40,7 +39,7 @@ def test_graph_replay_batched_gives_the_eager_tokens(d, load_fixture_model):
     graphed = load_model(d)
     graphed.engine_options["emulate_graphs"] = True
     ps = prompts(d)
-    for sampler, params in CONFIGS:
+    for sampler, params in ONE_PER_SAMPLER:
         want = [generate(eager, p, sampler, max_new_tokens=10, stop_token_ids=[], **params).tokens for p in ps]
         got = generate(graphed, ps, sampler, max_new_tokens=10, stop_token_ids=[], batch_size=3, **params)
         assert [r.tokens for r in got] == want, sampler

@@ -9,16 +9,14 @@ from __future__ import annotations
 import pytest
 
 from recdiff import generate
-from tests.engine.test_batching import CONFIGS, batch_prompts, stop_token
 from tests.gpu.common import check_same, needs_cuda
+from tests.matrices import EVERY_SAMPLER, LIMITS, batch_prompts, ids, stop_token
 
 pytestmark = needs_cuda
 
-LIMITS = [16, 9, 20, 5, 12, 1, 14]
-
 
 @pytest.mark.parametrize("compile", [False, True], ids=["eager", "graphs"])
-@pytest.mark.parametrize("sampler, params", CONFIGS, ids=[f"{s}-{i}" for i, (s, _) in enumerate(CONFIGS)])
+@pytest.mark.parametrize("sampler, params", EVERY_SAMPLER, ids=ids(EVERY_SAMPLER))
 def test_batch_equals_each_prompt_alone_on_cuda(fixture_dir, models, sampler, params, compile):
     model = models(fixture_dir, "cuda", compile=compile)
     prompts = batch_prompts(fixture_dir)

@@ -13,14 +13,13 @@ from __future__ import annotations
 import pytest
 
 from recdiff import generate
-from tests.engine.test_batching import CONFIGS, batch_prompts
 from tests.gpu.common import check_same, needs_cuda
+from tests.matrices import EVERY_SAMPLER, LIMITS, batch_prompts
 
 pytestmark = needs_cuda
 
-LIMITS = [16, 9, 20, 5, 12, 1, 14]  # new tokens per prompt, as tests/engine/test_batching.py
-DETERMINISTIC = [(i, s, p) for i, (s, p) in enumerate(CONFIGS) if not p.get("init_scale") and not p.get("beta")]
-assert len(DETERMINISTIC) < len(CONFIGS)  # the filter is the documented exception, not every config
+DETERMINISTIC = [(i, s, p) for i, (s, p) in enumerate(EVERY_SAMPLER) if not p.get("init_scale") and not p.get("beta")]
+assert len(DETERMINISTIC) < len(EVERY_SAMPLER)  # the filter is the documented exception, not every config
 
 
 @pytest.mark.parametrize("sampler, params", [c[1:] for c in DETERMINISTIC], ids=[f"{s}-{i}" for i, s, _ in DETERMINISTIC])

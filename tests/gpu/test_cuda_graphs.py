@@ -10,15 +10,13 @@ import torch
 from recdiff import generate, warm_up
 from recdiff.engine import graphs
 from tests.conftest import RAVEN_TINY, need_fixtures
-from tests.engine.test_batching import CONFIGS
-from tests.engine.test_compile import CONFIGS as ONE_PER_SAMPLER
-from tests.engine.test_compile import prompts
 from tests.gpu.common import EMULATE, check_same, load, needs_cuda
+from tests.matrices import EVERY_SAMPLER, ONE_PER_SAMPLER, ids, prompts
 
 pytestmark = needs_cuda
 
 
-@pytest.mark.parametrize("sampler, params", CONFIGS, ids=[f"{s}-{i}" for i, (s, _) in enumerate(CONFIGS)])
+@pytest.mark.parametrize("sampler, params", EVERY_SAMPLER, ids=ids(EVERY_SAMPLER))
 def test_graphs_give_the_eager_tokens_and_stats(fixture_dir, models, sampler, params):
     eager, graphs = models(fixture_dir, "cuda"), models(fixture_dir, "cuda", compile=True)
     ps = prompts(fixture_dir)

@@ -1,5 +1,5 @@
 """tests/gpu's checks on the retrofitted families (tests/families): CUDA graphs give the eager tokens and statistics
-(every sampler of tests/engine/test_batching.py's matrix, alone and batched), a batch gives each prompt what it gives
+(every sampler of tests/matrices.py's EVERY_SAMPLER, alone and batched), a batch gives each prompt what it gives
 alone, eager and replayed, and bf16 agrees with fp32 on 90% of greedy positions, on a converging copy of one fixture
 per family (tests/families/conftest.py); and at their real shapes (TinyLlama 1.1B, Llama-3.2-1B, OLMo-2-1B: random
 bf16 weights, a GPU only), every sampler at batch 1 and 32 within the meta-device memory prediction."""
@@ -15,10 +15,8 @@ from recdiff import generate, load_model, save_pretrained
 from recdiff.config import RecurrentConfig
 from recdiff.model import RecurrentDepthModel
 from recdiff.tools.bench import SHAPES
-from tests.engine.test_batching import CONFIGS
-from tests.engine.test_compile import CONFIGS as ONE_PER_SAMPLER
-from tests.engine.test_compile import prompts
-from tests.engine.test_memory import predicted_bytes
+from tests.matrices import EVERY_SAMPLER, ONE_PER_SAMPLER, ids, prompts
+from tests.meta_memory import predicted_bytes
 from tests.families.conftest import converging_copies, one_per_family
 from tests.gpu import test_batching as batching
 from tests.gpu import test_cuda_graphs as graphs
@@ -36,7 +34,7 @@ def converging(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("sampler, params", CONFIGS, ids=[f"{s}-{i}" for i, (s, _) in enumerate(CONFIGS)])
+@pytest.mark.parametrize("sampler, params", EVERY_SAMPLER, ids=ids(EVERY_SAMPLER))
 def test_graphs_give_the_eager_tokens_and_stats(converging, models, name, sampler, params):
     graphs.test_graphs_give_the_eager_tokens_and_stats(converging[name], models, sampler, params)
 

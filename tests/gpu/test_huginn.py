@@ -1,6 +1,6 @@
 """Huginn-0125's shapes (3.5B parameters) with random bf16 weights, on a GPU: the checkpoint saves and loads
 through ``recdiff.load_model``, every sampler runs at batch 1 and 32 replayed from CUDA graphs (the paper model's
-default), and each run's peak memory is what the meta-device prediction of tests/engine/test_memory.py says (the
+default), and each run's peak memory is what the meta-device prediction of tests/meta_memory.py says (the
 weights, the KV cache and the batch state) plus at most :data:`SLACK` for activations and graph pools."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from recdiff import generate, load_model, save_pretrained
 from recdiff.tools.bench import SHAPES
 from recdiff.config import RecurrentConfig
 from recdiff.model import RecurrentDepthModel
-from tests.engine.test_memory import meta_huginn, predicted_bytes
 from tests.gpu.common import EMULATE, needs_cuda
+from tests.meta_memory import meta_huginn, predicted_bytes
 
 # one worker builds the 3.5B model once for all cases (xdist --dist loadgroup, as tests/gpu/device_check.sh runs it)
 pytestmark = [needs_cuda, pytest.mark.xdist_group("huginn"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,17 @@ def load(storage: str, name: str):
     from recdiff.study import open_storage
 
     return optuna.load_study(study_name=name, storage=open_storage(storage))
+
+
+def exactly_once(study) -> dict[str, object]:
+    """Every configuration of the study COMPLETE exactly once, nothing RUNNING or WAITING: config hash → trial."""
+    from optuna.trial import TrialState
+
+    trials = study.get_trials()
+    assert not [t.number for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    complete = Counter(t.user_attrs["config_hash"] for t in trials if t.state == TrialState.COMPLETE)
+    assert set(complete.values()) == {1}, complete
+    return {t.user_attrs["config_hash"]: t for t in trials if t.state == TrialState.COMPLETE}
 
 
 @pytest.fixture(autouse=True)

@@ -21,7 +21,7 @@ from recdiff import study as rs
 from recdiff.study import claimant
 
 from .conftest import compose_plan
-from .test_study import fake_run_trial, grid_trial
+from .fakes import fake_run_trial, grid_trial
 
 
 def grid_plan(tmp_path: Path, *extra: str):

@@ -15,7 +15,7 @@ from recdiff.errors import RecdiffError
 from recdiff.study.identity import conflict, identity_from_config, weights_digest
 
 from .conftest import FIXTURE, TINY, compose_cfg, compose_plan, load, requires_fixture, run_sweep
-from .test_study import FakeWork, fake_run_trial
+from .fakes import FakeWork, fake_run_trial
 
 
 def ident(*overrides: str, weights: str | None = "w1") -> dict:

@@ -13,10 +13,9 @@ from optuna.trial import TrialState
 
 from recdiff.study.journal import find_damage
 
-from .conftest import TINY, load, requires_fixture, run_sweep
+from .conftest import TINY, exactly_once, load, requires_fixture, run_sweep
 from .faults import fault_args, fill_disk
 from .postgres import Postgres
-from .test_scale import exactly_once
 
 GRID = ["-m", "sampler=static", *TINY, "study.reuse=false", "study.heartbeat_interval=1"]
 

@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 
 from recdiff.study.resources import cores, local_workers, thread_budget
 
-from .conftest import TINY, load, requires_fixture, run_sweep
+from .conftest import TINY, exactly_once, load, requires_fixture, run_sweep
 from .faults import fault_args
 
 JOBLIB = ["hydra/launcher=joblib"]
@@ -31,15 +31,6 @@ def measured(sweep_dir: Path) -> Counter:
         if r["state"] == "COMPLETE" and not r.get("skipped_duplicate") and "reused_from" not in r["user_attrs"]:
             done[r["user_attrs"]["config_hash"]] += 1
     return done
-
-
-def exactly_once(study) -> dict[str, object]:
-    """Every configuration of the study COMPLETE exactly once, nothing RUNNING or WAITING: config hash → trial."""
-    trials = study.get_trials()
-    assert not [t.number for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
-    complete = Counter(t.user_attrs["config_hash"] for t in trials if t.state == TrialState.COMPLETE)
-    assert set(complete.values()) == {1}, complete
-    return {t.user_attrs["config_hash"]: t for t in trials if t.state == TrialState.COMPLETE}
 
 
 @pytest.mark.slow

@@ -14,45 +14,10 @@ from optuna.trial import TrialState
 import recdiff.trial
 from recdiff import study as rs
 from recdiff.errors import RecdiffError, SweepStopped
-from recdiff.trial import TrialResult, TrialTimeout
+from recdiff.trial import TrialTimeout
 
 from .conftest import compose_plan
-
-
-class FakeWork:
-    device = "cpu"
-    threads = None
-
-
-def identity(plan) -> dict:
-    """The plan's identity without a checkpoint (no weights digest): what these in-process tests record."""
-    return rs.identity_from_config(plan.as_dict())
-
-
-def grid_trial(plan, study, job_dir):
-    return rs.run_grid_trial(plan, study, FakeWork, job_dir, identity(plan))
-
-
-def search(plan, study, job_dir):
-    return rs.run_search(plan, study, FakeWork(), job_dir, identity(plan))
-
-
-def fake_run_trial(calls: list, fail: dict | None = None):
-    """accuracy = r_inner / 10, tokens/s = 100 / r_inner; `fail` maps r_inner to an exception."""
-
-    def run(work, trial, output_dir):
-        r = int(trial.sampler.r_inner)
-        calls.append(r)
-        if fail and r in fail:
-            raise fail[r]
-        Path(output_dir).mkdir(parents=True, exist_ok=True)
-        (Path(output_dir) / "samples.csv").write_text("problem_id,correct\n0,true\n")
-        attrs = dict(accuracy_low=0.0, accuracy_high=1.0, n_samples=1, core_passes_per_token=1.0,
-                     peak_memory_bytes=1, kv_cache_bytes=None, samples_path=str(Path(output_dir) / "samples.parquet"),
-                     trace_paths=[], output_dir=str(output_dir))
-        return TrialResult(accuracy=r / 10, tokens_per_s=100 / r, attrs=attrs)
-
-    return run
+from .fakes import fake_run_trial, grid_trial, search
 
 
 def search_plan(tmp_path: Path, *extra: str):

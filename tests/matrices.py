@@ -1,0 +1,71 @@
+"""The sampler matrices and prompt sets that several test files run (CPU engine tests and tests/gpu alike): one
+place, so that a configuration added here is checked by every file that runs the matrix. Plain data and two small
+helpers; nothing here is a test. tests/gpu imports it too, so it needs nothing beyond recdiff (no hydra)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+# One configuration per sampler, for the files where a configuration is expensive (compiling, bf16, CUDA-graph
+# captures): the diffusion row exercises adaptive freezing, headway and momentum, and its width changes from step to
+# step. r' = 4 (the paper's default) runs its inner recurrences in one compiled call, the graph a full-slot prefill
+# uses too.
+ONE_PER_SAMPLER = [
+    ("static", {"r": 6}),
+    ("adaptive", {"r": 8, "epsilon": 0.05}),
+    ("speculative", {"r": 6, "r_draft": 2, "lookahead": 3}),
+    ("diffusion", {"r": 8, "r_inner": 4, "epsilon": 0.05, "headway": 2, "eta": 0.2}),
+]
+
+# Every sampler, both KV-cache layouts, and the diffusion sampler with both adaptive rules, both freeze rules,
+# headway, noise and random initial states: the matrix of batch = alone (CPU and GPU) and of graphs against eager.
+EVERY_SAMPLER = [
+    ("static", {"r": 8}),
+    ("static", {"r": 4, "kv_cache": "per_step"}),
+    ("adaptive", {"r": 16, "epsilon": 0.05}),
+    ("adaptive", {"r": 16, "epsilon": 0.05, "kv_cache": "per_step", "exit_in_prefill": False}),
+    ("speculative", {"r": 8, "r_draft": 2, "lookahead": 3}),
+    ("diffusion", {"r": 8, "r_inner": 2, "freeze": "fixed"}),
+    ("diffusion", {"r": 16, "r_inner": 4, "epsilon": 0.05, "wavefront": 24}),
+    ("diffusion", {"r": 16, "r_inner": 4, "epsilon": 0.05, "wavefront": 24, "adaptive_rule": "reference",
+                   "freeze_rule": "last"}),
+    ("diffusion", {"r": 8, "r_inner": 2, "epsilon": 0.05, "wavefront": 6, "headway": 2, "beta": 0.3,
+                   "init_scale": 0.5, "eta": 0.2, "continuous_compute": True}),
+]
+
+# the compile tests' inductor settings (engine_options["inductor"]: overrides of recdiff.engine.program.PATCHES):
+# Python wrapper, no GEMM autotuning, weights as graph inputs (tests/engine/test_compile.py says why)
+QUICK = {"cpp_wrapper": False, "max_autotune": False, "freezing": False}
+
+# new tokens per prompt of batch_prompts(): sequences that end at different steps of one batch
+LIMITS = [16, 9, 20, 5, 12, 1, 14]
+
+
+def ids(configs: list[tuple[str, dict]]) -> list[str]:
+    """Test ids of a matrix: the sampler and the row's index (one sampler has several rows)."""
+    return [f"{s}-{i}" for i, (s, _) in enumerate(configs)]
+
+
+def prompts(d: Path, n: int | None = None) -> list[list[int]]:
+    """The fixture's two prompts, a prefix and their concatenation; with ``n``: ``n`` prompts of 3 to 19 tokens."""
+    base = list(json.loads((d / "prompts.json").read_text()).values())
+    out = [base[0], base[1], base[0][:4], base[0] + base[1]]
+    return out if n is None else [(base[i % 2] * 4)[: 3 + i % 17] for i in range(n)]
+
+
+def batch_prompts(d: Path) -> list[list[int]]:
+    """The fixture's prompts plus prefixes and a concatenation of them: lengths from 3 to 19 tokens."""
+    a, b = list(json.loads((d / "prompts.json").read_text()).values())[:2]
+    return [a, b, a[:3], b[:5], a + b, a[:9], b[2:]]
+
+
+def stop_token(model, prompts: list[list[int]], limits: list[int], sampler: str, params: dict) -> int:
+    """A token that some sequences produce within their limit and others do not, so that in the batch some stop
+    on it and others at their length limit."""
+    from recdiff import generate
+
+    runs = [generate(model, p, sampler, max_new_tokens=n, stop_token_ids=[], **params).tokens
+            for p, n in zip(prompts, limits)]
+    counts = {t: sum(t in r for r in runs) for r in runs for t in r}
+    return max(counts, key=lambda t: (counts[t] < len(runs), counts[t]))
