@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("paper", help="run every sweeps/ recipe on the embedded default; figures, tables, report.md "
                                      "with the paper's claims and computed verdicts")
     p.add_argument("--out", "-o", type=Path, default=Path("outputs/paper"), help="output dir (default outputs/paper)")
-    p.add_argument("--scale", default="ci", help="ci (sized for ≤ 15 min on 2 cores, default) | full (≤ 60 min) | smoke (tests)")
+    p.add_argument("--scale", default="ci",
+                   help="ci (sized for ≤ 15 min on 2 cores, default) | full (≤ 60 min) | smoke (tests)")
     p.add_argument("--only", action="append", default=None, help="recipe name (repeatable): run only these")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="Hydra override for every sweep, e.g. run.threads=1 (repeatable)")

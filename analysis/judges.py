@@ -284,7 +284,8 @@ def kv_sharing_free(df: pl.DataFrame) -> list[Check]:
     top = mem.row(-1, named=True) if mem.height else None
     grows = f" to {top['per_step'] / top['shared']:.1f}x at r={top['r']}" if top else ""
     return [accuracy_check(f"largest accuracy gap shared vs per-step over {len(gaps)} r values: {largest.fmt('+.1f')} "
-                            f"points, the 95% intervals reach {reach:.1f} (needs within ±1)", passed, flat_accuracy(st)),
+                            f"points, the 95% intervals reach {reach:.1f} (needs within ±1)", passed,
+                            flat_accuracy(st)),
             Check(f"shared KV memory varies {100 * (flat - 1):.0f}% over r (needs ≤ 5%); per-step ÷ shared grows with "
                   f"r (ρ = {rho:+.2f}, needs ≥ +{TREND}){grows}", flat <= 1.05 and rho >= TREND)]
 
@@ -385,13 +386,13 @@ def diffusion_speedup(df: pl.DataFrame) -> list[Check]:
     if paired.is_empty():
         best = diff.sort("tokens_per_s").row(-1, named=True)
         speed = Check(f"fastest diffusion row ({best['setting'] or 'defaults'}): speed-up unknown, its trials were not "
-                      "timed against static AR (r=32) in the same rounds, as recorded before paired timing (needs ≥ 4x)",
-                      None)
+                      "timed against static AR (r=32) in the same rounds, as recorded before paired timing "
+                      "(needs ≥ 4x)", None)
     else:
         best = paired.sort("speedup").row(-1, named=True)
         sp = speedup_est(best)
-        speed = Check(f"fastest diffusion row ({best['setting'] or 'defaults'}) is {sp.fmt('.2f', unit='x')} static AR (r=32), "
-                      "paired (needs ≥ 4x)", decide(sp, ">=", 4.0))
+        speed = Check(f"fastest diffusion row ({best['setting'] or 'defaults'}) is {sp.fmt('.2f', unit='x')} "
+                      "static AR (r=32), paired (needs ≥ 4x)", decide(sp, ">=", 4.0))
     delta = Est(best["delta_accuracy"], *(best["delta_accuracy_lo"], best["delta_accuracy_hi"])) \
         if best["delta_accuracy_lo"] is not None else Est(best["delta_accuracy"], -np.inf, np.inf)
     done = completed(df)

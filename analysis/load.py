@@ -115,7 +115,8 @@ def resolve(source: Any, study_name: str | None = None) -> Resolved:
         raise RecdiffError(f"no such study file or directory: {spec}")
     # A bare word names a study in the default storage the sweep writes.
     if not DEFAULT_STORAGE.is_file():
-        raise RecdiffError(f"{spec!r} is not a path, and there is no default storage {DEFAULT_STORAGE} to look it up in")
+        raise RecdiffError(f"{spec!r} is not a path, and there is no default storage {DEFAULT_STORAGE} "
+                           "to look it up in")
     storage, root = _storage(str(DEFAULT_STORAGE))
     study = _open(storage, study_name or spec, str(DEFAULT_STORAGE))
     return Resolved(study.study_name, study=study, root=root)
@@ -293,8 +294,8 @@ def _rows_from_results(files: list[Path], root: Path | None, name: str) -> tuple
         attrs = dict(data.get("user_attrs") or {})
         attrs.setdefault("output_dir", str(f.parent))
         number = data.get("number", data.get("trial_number"))
-        rows.append(_row(int(number if number is not None else i), str(data.get("state", "COMPLETE")), data.get("params") or {},
-                         values, attrs, f.parent, name))
+        rows.append(_row(int(number if number is not None else i), str(data.get("state", "COMPLETE")),
+                         data.get("params") or {}, values, attrs, f.parent, name))
     return rows, list(names)
 
 
@@ -379,6 +380,6 @@ def load_trace(trace: Any) -> dict[str, Any]:
         out["delta"] = np.asarray(out["delta"], dtype=np.float32)
     ids, text = out.pop("text_ids"), out.pop("text")
     # token id → its text, when the trial recorded it (recdiff.trace.DiffusionTrace.save); None for older traces
-    out["text"] = dict(zip(np.asarray(ids).tolist(), np.asarray(text).tolist())) if ids is not None and text is not None \
-        else None
+    out["text"] = dict(zip(np.asarray(ids).tolist(), np.asarray(text).tolist())) \
+        if ids is not None and text is not None else None
     return out

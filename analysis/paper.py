@@ -165,7 +165,8 @@ def sweep_command(recipe: Recipe, scale: Scale, scale_name: str, out: Path,
         for key, values in recipe.params.items():
             if key == "benchmark":   # table1's four benchmarks: the embedded default has one
                 continue
-            kept = thin(values, scale.max_values, _default(key)) if key.startswith("sampler.") else values  # Table 1's rows stay
+            # only the sampler's values are thinned: Table 1's rows stay
+            kept = thin(values, scale.max_values, _default(key)) if key.startswith("sampler.") else values
             args.append(f"{key}={','.join(kept)}")
     return args + list(overrides)
 

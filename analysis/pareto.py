@@ -216,7 +216,8 @@ def noisy_pareto_front(df: pl.DataFrame, objectives: Sequence[str] = OBJECTIVES,
 
 
 def hypervolume_interval(df: pl.DataFrame, reference: Sequence[float], objectives: Sequence[str] = OBJECTIVES,
-                         directions: Sequence[str] = DIRECTIONS, missing: str = "unknown") -> tuple[float, float, float]:
+                         directions: Sequence[str] = DIRECTIONS,
+                         missing: str = "unknown") -> tuple[float, float, float]:
     """(hypervolume, low, high) of a table's COMPLETE rows: the volume at the measured values, with every point at
     the worst end of its intervals, and at the best end. Unknown intervals (`missing="unknown"`) give infinite
     bounds."""

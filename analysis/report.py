@@ -232,7 +232,8 @@ def _summary(df: pl.DataFrame, name: str, source: Any, figures: list[tuple[str, 
     md.append("")
     keys = varying(done)
     for bench in dict.fromkeys(done["benchmark"].to_list()) if not done.is_empty() else []:
-        sub = done.filter(pl.col("benchmark") == bench) if bench is not None else done.filter(pl.col("benchmark").is_null())
+        sub = (done.filter(pl.col("benchmark") == bench) if bench is not None
+               else done.filter(pl.col("benchmark").is_null()))
         diff, _ = plots.split_baselines(sub)
         if diff.is_empty():
             continue
@@ -251,7 +252,8 @@ def _summary(df: pl.DataFrame, name: str, source: Any, figures: list[tuple[str, 
             md += [f"Knee: trial {k['number']} — {', '.join(setting(c, k[c]) for c in keys if k.get(c) is not None)}"
                    f" (accuracy {100 * k['accuracy']:.2f}%, {k['tokens_per_s']:.1f} tokens/s).", ""]
         shown = [c for c in cols if c in front.columns and front[c].null_count() < front.height]
-        md += [_md_frame(front.with_columns(pl.col("number").is_in(measured["number"].to_list()).alias("measured front"))
+        md += [_md_frame(front.with_columns(pl.col("number").is_in(measured["number"].to_list())
+                                            .alias("measured front"))
                          .select([*shown, "measured front"])), ""]
     if speedup_md:
         ref = reference_label(df)

@@ -116,5 +116,6 @@ def format_speedup(table: pl.DataFrame, markdown: bool = False, reference: str =
         return "\n".join(lines + ["| " + " | ".join(c) + " |" for c in body]) + "\n"
     widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
     left = {1, 2} if len(benches) > 1 else {1}
-    fmt = lambda cells: "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+    fmt = lambda cells: "  ".join(c.ljust(w) if i in left else c.rjust(w)
+                                  for i, (c, w) in enumerate(zip(cells, widths)))
     return "\n".join([fmt(head), *(fmt(c) for c in body)]) + "\n"

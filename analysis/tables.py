@@ -36,7 +36,8 @@ class Row:
         name = _tex_escape(SAMPLER_NAMES.get(self.sampler, self.sampler))
         if not self.settings:
             return name
-        inner = ",".join(f"{LATEX_LABELS.get(k, _tex_text(k))}={_tex_escape(fmt_value(v))}" for k, v in self.settings.items())
+        inner = ",".join(f"{LATEX_LABELS.get(k, _tex_text(k))}={_tex_escape(fmt_value(v))}"
+                         for k, v in self.settings.items())
         return f"{name} ({{\\tiny${inner}$}})"
 
 
@@ -97,7 +98,8 @@ class SamplerTable:
             if section is not None and sec != section:
                 out.append(r"\midrule")
             section = sec
-            out.append(" & ".join([r.latex_label] + [c.replace("%", r"\%") for c in _cells(r, self.benchmarks)]) + r" \\")
+            out.append(" & ".join([r.latex_label] + [c.replace("%", r"\%") for c in _cells(r, self.benchmarks)])
+                       + r" \\")
         if self.relative:
             out.append(r"\midrule")
         for r, rel in self.relative:

@@ -94,7 +94,8 @@ def token_label(text: str, width: int = 4) -> str:
 
 def _cell_fontsize(ax: Axes, ncols: int, nrows: int, width: int) -> float:
     """The largest font (≤ 7 pt) whose `width`-character labels fit a cell of the axes as laid out now."""
-    w_in, h_in = ax.get_position().width * ax.figure.get_figwidth(), ax.get_position().height * ax.figure.get_figheight()
+    w_in, h_in = (ax.get_position().width * ax.figure.get_figwidth(),
+                  ax.get_position().height * ax.figure.get_figheight())
     cell_w, cell_h = 72 * w_in / max(ncols, 1), 72 * h_in / max(nrows, 1)
     return float(min(7.0, 0.8 * cell_h, 1.6 * cell_w / max(width, 1)))
 

@@ -93,7 +93,8 @@ class SlotKV:
         kb, vb = self.k[slot], self.v[slot]  # (slots, S, H, D), or (max_steps, slots, S, H, D)
         if kb.dim() == 5 and not isinstance(step, Tensor):
             if step >= self.max_steps:
-                raise RecdiffError(f"per_step cache was set up for {self.max_steps} recurrences, step {step + 1} requested")
+                raise RecdiffError(f"per_step cache was set up for {self.max_steps} recurrences, "
+                                   f"step {step + 1} requested")
             kb, vb = kb[step], vb[step]
         index: tuple[Tensor, ...] = (call.b_idx, call.pos)
         if kb.dim() == 5:

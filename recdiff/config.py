@@ -90,7 +90,8 @@ class RecurrentConfig:
 
     @property
     def effective_expected_depth(self) -> int:
-        return self.n_layers_in_prelude + self.n_layers_in_coda + self.n_layers_in_recurrent_block * self.mean_recurrence
+        return (self.n_layers_in_prelude + self.n_layers_in_coda
+                + self.n_layers_in_recurrent_block * self.mean_recurrence)
 
     @property
     def embed_scale(self) -> float:

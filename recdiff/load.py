@@ -48,7 +48,8 @@ def resolve_checkpoint(path_or_hub_id: str | os.PathLike) -> Path:
         return p
     name = str(path_or_hub_id)
     if not _HUB_ID.match(name):
-        raise RecdiffError(f"checkpoint folder {name!r} does not exist (give a folder with config.json and *.safetensors, or a hub id like {HUGINN_HUB_ID})")
+        raise RecdiffError(f"checkpoint folder {name!r} does not exist (give a folder with config.json and "
+                           f"*.safetensors, or a hub id like {HUGINN_HUB_ID})")
     from huggingface_hub import snapshot_download
 
     patterns = ["*.json", "*.safetensors", "tokenizer*"]
@@ -62,8 +63,8 @@ def resolve_checkpoint(path_or_hub_id: str | os.PathLike) -> Path:
         return Path(snapshot_download(name, allow_patterns=patterns))
     except Exception as err:  # offline, unknown repo, gated, …: one line that says what to do instead
         raise RecdiffError(
-            f"could not download {name!r} from the Hugging Face hub ({type(err).__name__}); download it where the hub is "
-            f"reachable (huggingface-cli download {name} --local-dir DIR) and pass that folder instead "
+            f"could not download {name!r} from the Hugging Face hub ({type(err).__name__}); download it where the hub "
+            f"is reachable (huggingface-cli download {name} --local-dir DIR) and pass that folder instead "
             "(model.path=DIR, or recdiff.load_model('DIR'))"
         ) from None
 
@@ -198,7 +199,8 @@ def load_model(path_or_hub_id: str | os.PathLike, device: str | torch.device = "
     tensors.pop("freqs_cis", None)  # the RoPE table is recomputed from the config
     for k, shape in expected.items():
         if tensors[k].shape != shape:
-            raise RecdiffError(f"{folder}: tensor {k} has shape {tuple(tensors[k].shape)}, config.json implies {tuple(shape)}")
+            raise RecdiffError(f"{folder}: tensor {k} has shape {tuple(tensors[k].shape)}, "
+                               f"config.json implies {tuple(shape)}")
     model.load_state_dict({k: v.to(dt) for k, v in tensors.items()}, strict=False, assign=True)
     if cfg.tie_embeddings:
         model.lm_head.weight = model.transformer.wte.weight

@@ -150,7 +150,8 @@ class RecurrentDepthModel(nn.Module):
         return self.lm_head(self.transformer.ln_f(x)).float()
 
     # ---------------------------------------------------------------------------------------------- full passes
-    def forward(self, ids: Tensor, r: int, init_scale: float = 0.0, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    def forward(self, ids: Tensor, r: int, init_scale: float = 0.0,
+                generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
         """No-cache forward at r recurrences → (logits, the state the coda reads: ln_f(final state) for Huginn, the
         final state itself for the retrofitted families), as the reference's ``forward`` returns ``latent_states``."""
         e = self.embed(ids)

@@ -43,8 +43,8 @@ class DiffusionTrace:
     @classmethod
     def load(cls, path: str | Path) -> "DiffusionTrace":
         with np.load(path) as f:
-            return cls(tokens=f["tokens"], frozen=f["frozen"], counter=f["counter"], stability=f["stability"], delta=f["delta"],
-                       prompt_len=int(f["prompt_len"]))
+            return cls(tokens=f["tokens"], frozen=f["frozen"], counter=f["counter"], stability=f["stability"],
+                       delta=f["delta"], prompt_len=int(f["prompt_len"]))
 
 
 class TraceRecorder:

@@ -43,8 +43,10 @@ df.head()
 # one trial dominates another only when better on both axes beyond their 95% intervals; the others tie
 front = noisy_pareto_front(diffusion)
 print(f"{len(front)} not dominated beyond the intervals, {len(pareto_front(diffusion))} by the measured values alone")
-print("hypervolume w.r.t. (0, 0) [ends of the intervals]:", hypervolume_interval(diffusion, (0.0, 0.0), missing="point"))
-print("knee:", {k: v for k, v in (knee(diffusion) or {}).items() if k in ["number", *varying(diffusion), "accuracy", "tokens_per_s"]})
+print("hypervolume w.r.t. (0, 0) [ends of the intervals]:",
+      hypervolume_interval(diffusion, (0.0, 0.0), missing="point"))
+print("knee:", {k: v for k, v in (knee(diffusion) or {}).items()
+                if k in ["number", *varying(diffusion), "accuracy", "tokens_per_s"]})
 front.select([c for c in ["number", *varying(diffusion), "accuracy", "accuracy_low", "accuracy_high", "tokens_per_s",
                           "tokens_per_s_lo", "tokens_per_s_hi", "speedup", "speedup_lo", "speedup_hi"]
               if c in front.columns])

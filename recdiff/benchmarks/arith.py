@@ -175,7 +175,8 @@ def iter_split(split: str, seed: int, steps_per_line: int | None = None) -> Iter
     return split_stream("arith", split, seed, lambda rng: _make_problem(rng, spl))
 
 
-def generate_split(split: str, n: int, seed: int = DEFAULT_SEED, steps_per_line: int | None = None) -> list[ArithProblem]:
+def generate_split(split: str, n: int, seed: int = DEFAULT_SEED,
+                   steps_per_line: int | None = None) -> list[ArithProblem]:
     return take(iter_split(split, seed, steps_per_line), n)
 
 

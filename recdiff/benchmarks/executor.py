@@ -202,7 +202,8 @@ def run(job: Job, limits: Limits = Limits()) -> ExecResult:
             "entry_point": job.entry_point, "guard": job.guard,
             # The CPU-time limit backs up the wall clock: a second above it, so that a program on one core always
             # meets the wall clock first (they used to race on a loaded machine).
-            "limits": {"wall_s": limits.timeout_s, "cpu_s": math.ceil(limits.timeout_s) + 1, "memory_bytes": limits.memory_mb << 20,
+            "limits": {"wall_s": limits.timeout_s, "cpu_s": math.ceil(limits.timeout_s) + 1,
+                       "memory_bytes": limits.memory_mb << 20,
                        "file_bytes": limits.max_file_mb << 20, "open_files": limits.max_open_files,
                        "nproc": nproc}}
     job_file = base / "job.json"

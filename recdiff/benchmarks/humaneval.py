@@ -26,7 +26,8 @@ STOP_STRINGS = ["\nclass", "\ndef", "\n#", "\nif", "\nprint", "</s>", "<|im_end|
 
 
 def user_turn(prompt: str) -> str:
-    return f"Write a solution to the following problem and make sure that it passes the tests:\n```python\n{prompt}\n```\n"
+    return ("Write a solution to the following problem and make sure that it passes the tests:\n"
+            f"```python\n{prompt}\n```\n")
 
 
 def gen_prefix(prompt: str) -> str:
@@ -94,7 +95,8 @@ class HumanEval(CodeBenchmark):
 
     def render(self, problem: Problem, tokenizer: Any = None) -> str:
         if self.use_chat and has_chat_template(tokenizer):
-            return apply_chat(tokenizer, [{"role": "user", "content": user_turn(problem.question)}]) + gen_prefix(problem.question)
+            return (apply_chat(tokenizer, [{"role": "user", "content": user_turn(problem.question)}])
+                    + gen_prefix(problem.question))
         return user_turn(problem.question) + gen_prefix(problem.question)
 
     def _jobs(self, problems: list[Problem], completions: list[str]) -> list:

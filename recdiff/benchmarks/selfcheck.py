@@ -51,7 +51,8 @@ def _not_passed(r: ExecResult) -> bool:
 HOSTILE: list[Hostile] = [
     Hostile("infinite loop", "while True:\n    pass\n", lambda r: r.status == "timeout"),
     Hostile("fork bomb (guard bypassed via posix.fork)",
-            "import posix\nwhile True:\n    try:\n        posix.fork()\n    except OSError:\n        pass\n", _not_passed),
+            "import posix\nwhile True:\n    try:\n        posix.fork()\n    except OSError:\n        pass\n",
+            _not_passed),
     Hostile("memory bomb", "x = []\nwhile True:\n    x.append(bytearray(50 * 2**20))\n", _not_passed),
     Hostile("huge output", "import sys\nwhile True:\n    sys.stdout.write('x' * 2**20)\n",
             lambda r: not r.passed and len(r.stdout) < 10_000),
@@ -160,7 +161,8 @@ def main(workers: int = 2, verbose: bool = False) -> int:
     for b in bad:
         print(f"  FAIL {b}")
     by_id = {r["task_id"]: r for r in rows}
-    wrong = run_many([Job(program(by_id[t]["prompt"], body), tests=by_id[t]["test"], entry_point=by_id[t]["entry_point"])
+    wrong = run_many([Job(program(by_id[t]["prompt"], body), tests=by_id[t]["test"],
+                          entry_point=by_id[t]["entry_point"])
                       for t, body in WRONG_COMPLETIONS.items()], workers=workers)
     n_rejected = sum(not r.passed for r in wrong)
     passed += n_rejected

@@ -49,8 +49,8 @@ def compare(model: Any, bench: Any, problems: list[Any], sampler: str, params: d
 
     tok = model.tokenizer
     prompts = [tok(bench.render(p, tok))["input_ids"] for p in problems]
-    kw = dict(max_new_tokens=max_new_tokens, stop_token_ids=[tok.eos_token_id] if tok.eos_token_id is not None else None,
-              **params)
+    kw = dict(max_new_tokens=max_new_tokens,
+              stop_token_ids=[tok.eos_token_id] if tok.eos_token_id is not None else None, **params)
     together = generate(model, prompts, sampler, batch_size=batch, **kw)
     alone = [generate(model, p, sampler, **kw) for p in prompts]
     acc = {}
@@ -61,7 +61,8 @@ def compare(model: Any, bench: Any, problems: list[Any], sampler: str, params: d
     for i, (a, b) in enumerate(zip(alone, together)):
         j = first_difference(a.tokens, b.tokens)
         if j is not None:
-            diffs.append({"problem": i, "position": j, "margin": margin_at(model, prompts[i] + a.tokens[:j], params["r"])})
+            diffs.append({"problem": i, "position": j,
+                          "margin": margin_at(model, prompts[i] + a.tokens[:j], params["r"])})
     return {"sampler": sampler, "n": len(problems), "agree": len(problems) - len(diffs), "acc": acc, "diffs": diffs}
 
 
@@ -81,12 +82,13 @@ def main(argv: list[str] | None = None) -> None:
     model = load_model(args.path)
     bench = get_benchmark(checkpoint_task(args.path), limit=args.n)
     problems = list(bench.problems())
-    print(f"{'sampler':12s} {'agree':>9s} {'acc batched':>12s} {'acc alone':>10s}  disagreements (problem, position, margin)")
+    print(f"{'sampler':12s} {'agree':>9s} {'acc batched':>12s} {'acc alone':>10s}  "
+          "disagreements (problem, position, margin)")
     for name in args.samplers.split(","):
         res = compare(model, bench, problems, name, ROWS[name], args.batch, args.max_new_tokens)
         d = ", ".join(f"({x['problem']}, {x['position']}, {x['margin']:.2e})" for x in res["diffs"])
-        print(f"{name:12s} {res['agree']:4d}/{res['n']:<4d} {res['acc']['batched']:12.3f} {res['acc']['alone']:10.3f}  {d}",
-              flush=True)
+        print(f"{name:12s} {res['agree']:4d}/{res['n']:<4d} {res['acc']['batched']:12.3f} "
+              f"{res['acc']['alone']:10.3f}  {d}", flush=True)
 
 
 if __name__ == "__main__":

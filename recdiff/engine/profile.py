@@ -2,7 +2,8 @@
 
 While :func:`profiling` is active it instruments, and restores on exit:
 
-- each given batch class's ``step`` (one sampler step over every occupied slot: :class:`~recdiff.engine.scheduler.SlotBatch`);
+- each given batch class's ``step`` (one sampler step over every occupied slot:
+  :class:`~recdiff.engine.scheduler.SlotBatch`);
 - the model calls: the runner's pieces (``Runner.embed``, ``embed_window``, ``cores``, ``cores_exit``, ``decode``:
   P, R and C, eager or compiled; a diffusion step's P gathers its window's token ids and positions from the batch
   state and mixes in the embedding momentum inside its call: :func:`~recdiff.engine.pieces.window_piece`) and

@@ -12,8 +12,8 @@ vouch for.
 Contract of the functions compiled this way (the engine's pieces respect it):
 
 - ``fn(model, owner, args)``: ``model`` and ``owner`` (the runner) are fixed for the program's life (their tensors
-  are looked up once, at capture; the model's parameters are copied into the graph as constants, see :data:`PATCHES`); ``args``
-  is a tuple of tensors, the only thing that changes between calls.
+  are looked up once, at capture; the model's parameters are copied into the graph as constants, see
+  :data:`PATCHES`); ``args`` is a tuple of tensors, the only thing that changes between calls.
 - no Python side effects (nothing assigned to objects, no prints); no randomness; every Python constant the
   function depends on (a flag, ε, η, a count) is part of ``name``, which keys the program.
 - it returns a tuple of new tensors. It may write into its argument tensors (the graph makes the same writes; the

@@ -101,7 +101,8 @@ def hf_rope_table(cfg: RecurrentConfig, length: int) -> Tensor:
     if kind not in ROPE_INIT_FUNCTIONS:
         raise RecdiffError(f"rope_scaling type {kind!r} is not one of transformers' ({', '.join(ROPE_INIT_FUNCTIONS)})")
     hf = LlamaConfig(hidden_size=cfg.n_embd, num_attention_heads=cfg.n_heads,
-                     num_key_value_heads=cfg.num_key_value_heads, head_dim=d, rope_theta=float(cfg.rope_theta), rope_scaling=dict(cfg.rope_scaling or {}),
+                     num_key_value_heads=cfg.num_key_value_heads, head_dim=d, rope_theta=float(cfg.rope_theta),
+                     rope_scaling=dict(cfg.rope_scaling or {}),
                      max_position_embeddings=cfg.max_position_embeddings or cfg.block_size)
     target = torch.get_default_device()  # a model built under torch.device(...): its table there, computed on a CPU
     with torch.device("cpu"):

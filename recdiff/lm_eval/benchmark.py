@@ -39,7 +39,8 @@ class LmEvalBenchmark(Benchmark):
         metrics = [m["metric"] for m in self.task.config.metric_list or [] if isinstance(m.get("metric"), str)]
         for key, value, known in (("filter", filter, filters), ("metric", metric, metrics)):
             if value is not None and known and value not in known:
-                raise RecdiffError(f"lm_eval: task {self.task_name!r} has no {key} {value!r} (it has {', '.join(known)})")
+                raise RecdiffError(f"lm_eval: task {self.task_name!r} has no {key} {value!r} "
+                                   f"(it has {', '.join(known)})")
         self.metric, self.filter, self.system_instruction = metric, filter, system_instruction
         self.version: Any = None
         self._chat: dict[int, dict[int, str]] = {}    # id(tokenizer) -> doc_id -> chat prompt
@@ -95,7 +96,8 @@ class LmEvalBenchmark(Benchmark):
         if id(tokenizer) not in self._chat:
             ids = [p.meta["doc_id"] for p in self.problems()]
             recorder = StandIn(chat=lambda history: tokenizer.apply_chat_template(
-                history, tokenize=False, add_generation_prompt=True), chat_name=str(getattr(tokenizer, "name_or_path", "")))
+                history, tokenize=False, add_generation_prompt=True),
+                chat_name=str(getattr(tokenizer, "name_or_path", "")))
             run_task(self.task, ids, recorder, self.n_shot, chat=True, system_instruction=self.system_instruction,
                      include_path=self.include_path)
             self._chat[id(tokenizer)] = {ids[r.doc_id]: r.args[0] for r in recorder.requests}
@@ -141,5 +143,6 @@ class LmEvalBenchmark(Benchmark):
         if filt not in filters:
             raise RecdiffError(f"lm_eval: task {self.task_name!r} has no filter {filt!r} (it has {', '.join(filters)})")
         if metric not in metrics:
-            raise RecdiffError(f"lm_eval: task {self.task_name!r} has no metric {metric!r} (it has {', '.join(metrics)})")
+            raise RecdiffError(f"lm_eval: task {self.task_name!r} has no metric {metric!r} "
+                               f"(it has {', '.join(metrics)})")
         return metric, filt

@@ -165,7 +165,8 @@ def _as_batch(prompts: Prompts, model: RecurrentDepthModel) -> tuple[bool, list[
         if prompts.dim() == 2 and prompts.shape[0] == 1:
             prompts = prompts[0]
         if prompts.dim() != 1 or prompts.dtype.is_floating_point or prompts.dtype == torch.bool:
-            raise RecdiffError(f"a prompt tensor must be 1-D token ids, got shape {tuple(prompts.shape)} {prompts.dtype}")
+            raise RecdiffError(f"a prompt tensor must be 1-D token ids, got shape {tuple(prompts.shape)} "
+                               f"{prompts.dtype}")
         prompts = prompts.tolist()
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, (list, tuple)):
         raise RecdiffError(f"prompts must be a list of token ids or a list of such lists, got {type(prompts).__name__}")

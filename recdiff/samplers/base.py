@@ -69,7 +69,8 @@ class Selector:
 class StopCondition:
     """Stop token ids, and stop strings checked on the decoded tail (needs the model's tokenizer)."""
 
-    def __init__(self, stop_token_ids: Sequence[int] | None, stop_strings: Sequence[str] | None, tokenizer: Any) -> None:
+    def __init__(self, stop_token_ids: Sequence[int] | None, stop_strings: Sequence[str] | None,
+                 tokenizer: Any) -> None:
         self.ids = set(int(i) for i in (stop_token_ids or ()))
         self.strings = [s for s in (stop_strings or ()) if s]
         if self.strings and tokenizer is None:

@@ -172,7 +172,8 @@ class DiffusionBatch:
         rec = SlotRecord(L=L, max_new=req.max_new_tokens, max_steps=max_steps,
                          max_len=min(self.m.config.block_size, L + req.max_new_tokens + self.window + 1),
                          n_frozen=L + 1, seq_end=L + 1, frozen_at=[0],
-                         tokens=[first], done=req.max_new_tokens <= 1)  # done: the prefill's token is all that was asked
+                         # done: the prefill's token is all that was asked
+                         tokens=[first], done=req.max_new_tokens <= 1)
         rec.recorder = TraceRecorder(L) if req.data.get("trace") else None
         self._traced += rec.recorder is not None
         self.req[b], self.host[b] = req, rec

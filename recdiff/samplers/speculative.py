@@ -151,7 +151,8 @@ class SpeculativeBatch:
         stats = {
             "core_passes": d["core_passes"],
             "tokens_forward": d["tokens_forward"],
-            "steps": 1 + len(d["accepted"]) * 2,  # forward calls: prefill, then a draft phase and a verify pass per round
+            # forward calls: prefill, then a draft phase and a verify pass per round
+            "steps": 1 + len(d["accepted"]) * 2,
             "rounds": len(d["accepted"]),
             "accepted_per_round": d["accepted"],
             "new_tokens": len(tokens),

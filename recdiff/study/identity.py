@@ -191,9 +191,9 @@ def check_identity(study: optuna.Study, identity: Mapping[str, Any]) -> None:
         diffs = conflict(theirs, identity)
         if diffs:
             what = "; ".join(f"{k}={b!r} here, {a!r} there" for k, a, b in diffs)
-            raise RecdiffError(f"study {study.study_name!r} holds trials measured otherwise (trial {t.number}): {what}. "
-                               "Trials measured differently never share a study: set another study.name, or the "
-                               "study's settings")
+            raise RecdiffError(f"study {study.study_name!r} holds trials measured otherwise (trial {t.number}): "
+                               f"{what}. Trials measured differently never share a study: set another study.name, "
+                               "or the study's settings")
 
 
 # ------------------------------------------------------------------------------------------------ weights

@@ -89,10 +89,12 @@ SAMPLERS: list[tuple[str, str, dict[str, Any]]] = [
     ("static r=8", "static", {"r": 8}),
     ("adaptive ε=0.03", "adaptive", {"r": 32, "epsilon": 0.03}),
     ("speculative 4×4", "speculative", {"r": 32, "r_draft": 4, "lookahead": 4}),
-    ("diffusion defaults", "diffusion", {"r": 32, "r_inner": 4, "epsilon": 0.03, "beta": 0.0, "eta": 0.1, "wavefront": 128}),
+    ("diffusion defaults", "diffusion",
+     {"r": 32, "r_inner": 4, "epsilon": 0.03, "beta": 0.0, "eta": 0.1, "wavefront": 128}),
     ("diffusion fixed r'=4", "diffusion", {"r": 32, "r_inner": 4, "freeze": "fixed", "eta": 0.1, "wavefront": 128}),
     # the defaults with a narrower wavefront: at batch B a step iterates up to B·W positions
-    ("diffusion defaults W=32", "diffusion", {"r": 32, "r_inner": 4, "epsilon": 0.03, "beta": 0.0, "eta": 0.1, "wavefront": 32}),
+    ("diffusion defaults W=32", "diffusion",
+     {"r": 32, "r_inner": 4, "epsilon": 0.03, "beta": 0.0, "eta": 0.1, "wavefront": 32}),
 ]
 MODES = ("batch-1 eager", "batch-1 compiled", "batch-B eager", "batch-B compiled")
 CPU_MODES = ("batch-1 eager", "batch-1 compiled", "batch-B compiled")  # the default modes on a CPU
@@ -103,7 +105,8 @@ STEP_CLASSES = (ARBatch, SpeculativeBatch, DiffusionBatch)  # every sampler's ba
 def build(name: str, device: str, dtype: str | None) -> RecurrentDepthModel:
     if name in SHAPES:
         cfg = RecurrentConfig(**SHAPES[name])
-        dt = {"bfloat16": torch.bfloat16, "float32": torch.float32, None: torch.bfloat16 if device == "cuda" else torch.float32}[dtype]
+        dt = {"bfloat16": torch.bfloat16, "float32": torch.float32,
+              None: torch.bfloat16 if device == "cuda" else torch.float32}[dtype]
         with torch.device(device):
             model = RecurrentDepthModel(cfg)
         model.init_weights(0)
@@ -230,9 +233,9 @@ def print_profile(results: dict[str, dict[str, dict]], modes: list[str], n_promp
         t_model = d["profile"].model_s / n_prompts
         fr = sorted(d["model_fracs"])
         print(f"bookkeeping-free bound, batch-1 eager: static r=32 {1e3 * t_static:.1f} ms per answer ÷ diffusion "
-              f"defaults' model calls {1e3 * t_model:.1f} ms per answer (prefill included) = {t_static / t_model:.2f}x; "
-              f"measured {t_static / t_diff:.2f}x = {100 * t_model / t_diff:.1f}% of the bound (per prompt: median "
-              f"{100 * statistics.median(fr):.1f}%, {100 * fr[0]:.1f}-{100 * fr[-1]:.1f}%)")
+              f"defaults' model calls {1e3 * t_model:.1f} ms per answer (prefill included) = {t_static / t_model:.2f}x"
+              f"; measured {t_static / t_diff:.2f}x = {100 * t_model / t_diff:.1f}% of the bound "
+              f"(per prompt: median {100 * statistics.median(fr):.1f}%, {100 * fr[0]:.1f}-{100 * fr[-1]:.1f}%)")
 
 
 def bench_prompts(model: RecurrentDepthModel, n: int, length: int) -> list[list[int]]:
@@ -261,7 +264,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1, help="CPU threads (tiny models run fastest on one)")
     ap.add_argument("--samplers", default=None, help="comma list of row labels to run (default: all)")
     ap.add_argument("--modes", default=None,
-                    help="comma list of: " + ", ".join(MODES) + " (default: all; on a GPU: " + ", ".join(GPU_MODES) + ")")
+                    help="comma list of: " + ", ".join(MODES)
+                    + " (default: all; on a GPU: " + ", ".join(GPU_MODES) + ")")
     ap.add_argument("--batch-prompts", type=int, default=None, help="prompts of the batch-B mode (default: 2·B)")
     ap.add_argument("--bound", action=argparse.BooleanOptionalAction, default=None,
                     help="measure the copy bandwidth and print each mode's share of the bandwidth bound (default: on "
@@ -283,20 +287,21 @@ def main(argv: list[str] | None = None) -> None:
         many = (bench_prompts(model, args.batch_prompts or 2 * args.batch, args.prompt_len)
                 if any(m.startswith("batch-B") for m in modes) else prompts)
         where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU, {args.threads} thread(s)"
-        print(f"\n## {name}: {model.num_parameters() / 1e6:.2f}M parameters, {where}, {next(model.parameters()).dtype}, "
-              f"{args.max_new_tokens} new tokens; batch-1: median of {len(prompts)} prompts; batch-B: B={args.batch}, "
-              f"{len(many)} prompts")
+        print(f"\n## {name}: {model.num_parameters() / 1e6:.2f}M parameters, {where}, "
+              f"{next(model.parameters()).dtype}, {args.max_new_tokens} new tokens; batch-1: median of {len(prompts)} "
+              f"prompts; batch-B: B={args.batch}, {len(many)} prompts")
         bound = None
         if with_bound:
             rb, copy_bytes = read_bytes(model), (2 << 30) if dev.type == "cuda" else (256 << 20)
             bw = copy_bandwidth(dev, copy_bytes)
             bound = (rb, bw)
             print(f"bandwidth: a {dev.type} copy of {copy_bytes / 2**30:g} GiB moves {bw / 1e9:.0f} GB/s (bytes read "
-                  f"+ written, best of 10); a model call reads P+C {(rb.prelude + rb.coda) / 1e9:.3f} GB, one recurrence "
-                  f"{rb.core / 1e9:.3f} GB, K/V {rb.kv / 1e3:.2f} kB per position and attention layer "
+                  f"+ written, best of 10); a model call reads P+C {(rb.prelude + rb.coda) / 1e9:.3f} GB, "
+                  f"one recurrence {rb.core / 1e9:.3f} GB, K/V {rb.kv / 1e3:.2f} kB per position and attention layer "
                   f"(static r=32: {rb.call(32) / 1e9:.2f} GB per token, r'=4: {rb.call(4) / 1e9:.2f} GB per step, "
                   f"without K/V)")
-        head = f"{'sampler':24s}" + "".join(f" {m + ' t/s':>22s}" for m in modes) + f" {'passes/token':>13s} {'capped':>7s}"
+        head = (f"{'sampler':24s}" + "".join(f" {m + ' t/s':>22s}" for m in modes)
+                + f" {'passes/token':>13s} {'capped':>7s}")
         print(head)
         results: dict[str, dict[str, dict]] = {}
         for label, sampler, params in rows:
@@ -312,7 +317,8 @@ def main(argv: list[str] | None = None) -> None:
                   f"above); a call is a token of static and adaptive AR, a diffusion step, a speculative draft or "
                   f"verification; batch-B: a call of B sequences, the weights read once for them; batch-1 % bound: "
                   f"the median prompt's)")
-            print(f"{'sampler':24s}" + "".join(f" {m + ': GB/call':>28s} {'calls/s':>9s} {'% bound':>8s}" for m in modes))
+            print(f"{'sampler':24s}"
+                  + "".join(f" {m + ': GB/call':>28s} {'calls/s':>9s} {'% bound':>8s}" for m in modes))
             for label in results:
                 print(f"{label:24s}" + "".join(
                     f" {results[label][m]['gb_call']:28.4g} {results[label][m]['calls_s']:9.1f} "
@@ -324,7 +330,8 @@ def main(argv: list[str] | None = None) -> None:
               f"the sampler's own work are in it too):")
         for label in results:
             print(f"  {label:22s}" + "".join(f" {m}: {results[label][m]['us_row']:.2f}" for m in modes))
-        print(f"  the weight products alone at the vendor GEMM's rate (bounds.product_floor), by rows per call — {floors}")
+        print("  the weight products alone at the vendor GEMM's rate (bounds.product_floor), by rows per call — "
+              f"{floors}")
         if "static r=32" in results:
             for label in ("diffusion defaults", "diffusion fixed r'=4"):
                 if label in results:

@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> None:
         by_name[ev.name][1] += 1
     total = sum(by_kind.values())
     print(f"{a.models} {a.sampler} {params} compile={a.compile} on {a.device}: {steps} steps profiled, "
-          f"device time {total / steps / 1000:.3f} ms/step, kernels {sum(n for _, n in by_name.values()) / steps:.0f}/step")
+          f"device time {total / steps / 1000:.3f} ms/step, "
+          f"kernels {sum(n for _, n in by_name.values()) / steps:.0f}/step")
     for k, us in sorted(by_kind.items(), key=lambda kv: -kv[1]):
         print(f"  {k:<20} {us / steps / 1000:8.3f} ms/step  {100 * us / total:5.1f}%")
     print("largest kernels (device µs per step, launches per step):")

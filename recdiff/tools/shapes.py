@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 SHAPES: dict[str, dict[str, Any]] = {
-    "random-small": dict(n_embd=256, n_heads=8, n_layers_in_prelude=2, n_layers_in_recurrent_block=4, n_layers_in_coda=2,
-                         intermediate_size=704, vocab_size=4096, block_size=1024),
+    "random-small": dict(n_embd=256, n_heads=8, n_layers_in_prelude=2, n_layers_in_recurrent_block=4,
+                         n_layers_in_coda=2, intermediate_size=704, vocab_size=4096, block_size=1024),
     "huginn": dict(n_embd=5280, n_heads=55, n_layers_in_prelude=2, n_layers_in_recurrent_block=4, n_layers_in_coda=2,
                    intermediate_size=17920, vocab_size=65536, block_size=4096),
     # the retrofitted checkpoints' shapes (smcleish/Recurrent-*: their source models, split prelude/core/coda as the

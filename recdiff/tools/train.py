@@ -123,7 +123,8 @@ class ThreadTuner:
 
 
 # ------------------------------------------------------------------------------------------------ sampling
-def sample_recurrence(mean_recurrence: int, backprop_depth: int, gen: torch.Generator, sigma: float = 0.5) -> tuple[int, int]:
+def sample_recurrence(mean_recurrence: int, backprop_depth: int, gen: torch.Generator,
+                      sigma: float = 0.5) -> tuple[int, int]:
     """Huginn's Poisson-lognormal draw → (r_no_grad, r_grad); ``r_no_grad + r_grad = p >= 1``."""
     mu = math.log(max(mean_recurrence, 1)) - sigma**2 / 2
     rate = math.exp(mu + sigma * float(torch.randn((), generator=gen)))
@@ -351,8 +352,9 @@ def run_training(overrides: dict | None = None, log=print) -> dict:
         lv = loss.item()
         ema = lv if ema is None else 0.98 * ema + 0.02 * lv
         history.append({"step": step, "loss": lv, "r": r_ng + r_g})
-        state = {"step": step, "elapsed_s": round(time.time() - t0, 1), "loss_ema": ema, "lr": opt.param_groups[0]["lr"],
-                 "seed": cfg["seed"], "data_seed": cfg["data_seed"], "curriculum_level": level.value, "config": cfg}
+        state = {"step": step, "elapsed_s": round(time.time() - t0, 1), "loss_ema": ema,
+                 "lr": opt.param_groups[0]["lr"], "seed": cfg["seed"], "data_seed": cfg["data_seed"],
+                 "curriculum_level": level.value, "config": cfg}
         if step % int(tc["log_every"]) == 0:
             extra = f" level {level.value} batch exact {curriculum.ema:.2f}" if curriculum is not None else ""
             log(f"step {step} t={time.time() - t0:.0f}s loss {lv:.4f} ema {ema:.4f} r={r_ng + r_g} "
@@ -372,7 +374,8 @@ def run_training(overrides: dict | None = None, log=print) -> dict:
     save_checkpoint(model, tok, out_dir / "latest", extra=state, task=task)
     log(f"done: {step} steps in {time.time() - t0:.0f}s -> {out_dir / 'final'}")
     if float(tc["eval_every_s"]) > 0:
-        res = {r: teacher_forced_accuracy(model, enc, eval_problems, r, difficulty=task.difficulty) for r in tc["eval_r"]}
+        res = {r: teacher_forced_accuracy(model, enc, eval_problems, r, difficulty=task.difficulty)
+               for r in tc["eval_r"]}
         log("final " + _eval_line(res))
     return {"history": history, "steps": step, "model": model, "tokenizer": tok, "encoder": enc, "config": cfg}
 

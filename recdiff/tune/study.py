@@ -5,10 +5,10 @@
 - the reference (``run.reference``, static AR at r=32) on the searched slice, a grid trial of ``<name>-reference``:
   the accuracy a setting must keep;
 - the search (``<name>``): the paper's defaults and one-knob moves around the best so far first
-  (:mod:`recdiff.tune.design`), then Optuna's proposals (``study.algorithm``) over ``study.search``; each trial's accuracy constraint is Optuna's
-  own (``Trial.set_constraint``), set before the trial is told; it stops at ``study.n_trials`` counted trials, after
-  ``tune.patience`` trials without a gain, or when the time budget holds no further trial; one line per trial with
-  the best so far;
+  (:mod:`recdiff.tune.design`), then Optuna's proposals (``study.algorithm``) over ``study.search``; each trial's
+  accuracy constraint is Optuna's own (``Trial.set_constraint``), set before the trial is told; it stops at
+  ``study.n_trials`` counted trials, after ``tune.patience`` trials without a gain, or when the time budget holds no
+  further trial; one line per trial with the best so far;
 - :func:`measure_grid`: one grid configuration (the reference, a held-out measurement), taken and measured once.
 """
 
