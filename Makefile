@@ -1,6 +1,6 @@
 # Two commands set up and run everything on a fresh machine with Python 3.11+ (README, "Quick start"):
 #   make sweep    the main job on the embedded default (creates .venv on first use)
-#   make test     the test suite, as CI runs it (.ci/run), with its 25 slowest tests
+#   make test     ruff, then the test suite, as CI runs it (.ci/run), with its 25 slowest tests
 #   make test-fast  the suite without its slow tier (model, samplers, config, study logic), while working
 # The environment is .venv, built from constraints.txt (the exact versions CI tests) once, and again when
 # constraints.txt or pyproject.toml change. TORCH_INDEX=https://download.pytorch.org/whl/cpu takes torch's CPU build
@@ -19,6 +19,7 @@ sweep: $(STAMP)
 	$(PY) sweep.py -m sampler.r_inner=1,2,4,8
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest --durations=25
 
 test-fast: $(STAMP)

@@ -1,8 +1,20 @@
 """recdiff analysis: Optuna studies → tidy tables, Pareto sets, the paper's figures and tables."""
 from analysis.load import load_samples, load_trace, load_trials, resolve
-from analysis.pareto import (dominates, frame_hypervolume, hypervolume, hypervolume_interval, knee, knee_index,
-                             noisy_dominates, noisy_pareto_front, noisy_pareto_mask, pareto_front, pareto_mask,
-                             with_noisy_pareto, with_pareto)
+from analysis.pareto import (
+                             dominates,
+                             frame_hypervolume,
+                             hypervolume,
+                             hypervolume_interval,
+                             knee,
+                             knee_index,
+                             noisy_dominates,
+                             noisy_pareto_front,
+                             noisy_pareto_mask,
+                             pareto_front,
+                             pareto_mask,
+                             with_noisy_pareto,
+                             with_pareto,
+)
 from analysis.plots import plot_cache_sharing, plot_heatmap, plot_pareto, plot_tradeoff
 from analysis.reference import reference_trials
 from analysis.speedup import format_speedup, speedup_table

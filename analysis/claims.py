@@ -21,10 +21,23 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from analysis.judges import (continuous_compute_worse, delta_shrinks, diffusion_speedup, epsilon_trade,
-                             headway_no_gain, kv_sharing_free, minor_effect_init_scale, no_noise_at_r4, noise_dominates,
-                             noise_per_r_inner, r_inner_trade, small_momentum, small_r_inner_stalls, tokens_settle,
-                             wavefront_growth)
+from analysis.judges import (
+    continuous_compute_worse,
+    delta_shrinks,
+    diffusion_speedup,
+    epsilon_trade,
+    headway_no_gain,
+    kv_sharing_free,
+    minor_effect_init_scale,
+    no_noise_at_r4,
+    noise_dominates,
+    noise_per_r_inner,
+    r_inner_trade,
+    small_momentum,
+    small_r_inner_stalls,
+    tokens_settle,
+    wavefront_growth,
+)
 from analysis.verdicts import Judge, Verdict
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from analysis.intervals import (Est, common_value, decide, ests, group_means, row_est, spearman_interval)
+from analysis.intervals import Est, common_value, decide, ests, group_means, row_est, spearman_interval
 from analysis.labels import label
 from analysis.pareto import hypervolume_interval
 from analysis.plots import split_baselines

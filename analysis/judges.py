@@ -7,11 +7,37 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from analysis.evidence import (NOISE_BETA, SPEED_NAMES, TREND, accuracy_check, at_least, best_by, completed,
-                               diffusion_rows, est_at, flat_accuracy, hypervolume_est, means_by, nearest, pct,
-                               trend_check)
-from analysis.intervals import (Est, all_of, decide, ests, fisher_interval, group_means, mean, row_est, spearman,
-                                speed_column, t_mean, wilson)
+from analysis.evidence import (
+    NOISE_BETA,
+    SPEED_NAMES,
+    TREND,
+    accuracy_check,
+    at_least,
+    best_by,
+    completed,
+    diffusion_rows,
+    est_at,
+    flat_accuracy,
+    hypervolume_est,
+    means_by,
+    nearest,
+    pct,
+    trend_check,
+)
+from analysis.intervals import (
+    Est,
+    all_of,
+    decide,
+    ests,
+    fisher_interval,
+    group_means,
+    mean,
+    row_est,
+    spearman,
+    speed_column,
+    t_mean,
+    wilson,
+)
 from analysis.labels import label, setting
 from analysis.load import load_trace
 from analysis.pareto import noisy_dominates, noisy_pareto_front
@@ -19,6 +45,7 @@ from analysis.reference import delta_accuracy, is_paper_reference, reference_lab
 from analysis.speedup import speedup_est, speedup_table
 from analysis.trace_plots import position_stats
 from analysis.verdicts import Check, Untestable, judged
+
 
 @judged
 def noise_dominates(df: pl.DataFrame) -> list[Check]:

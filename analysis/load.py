@@ -21,10 +21,10 @@ import polars as pl
 from analysis.labels import OBJECTIVES, SAMPLER_KEYS
 from recdiff.errors import RecdiffError
 from recdiff.params import SAMPLER_PARAMS, parse_sampler, sampler_text
+from recdiff.study.connect import sqlalchemy_url
 from recdiff.study.identity import differences, trial_identity
 from recdiff.study.identity import key as identity_key
 from recdiff.study.journal import JournalFile, replayed
-from recdiff.study.connect import sqlalchemy_url
 
 DEFAULT_STORAGE = Path("outputs/optuna/journal.log")
 ATTR_COLUMNS: tuple[str, ...] = (

@@ -32,8 +32,8 @@ from pathlib import Path
 import polars as pl
 
 from analysis.claims import CLAIMS, Claim, judge_all
-from analysis.verdicts import Verdict, count_outcomes
 from analysis.reference import PAPER_REFERENCE, reference_label
+from analysis.verdicts import Verdict, count_outcomes
 from recdiff.errors import RecdiffError
 
 REPO = Path(__file__).resolve().parent.parent

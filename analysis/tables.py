@@ -8,11 +8,16 @@ from typing import Any
 import polars as pl
 
 from analysis.intervals import Est, ests, mean
-from analysis.labels import (BASELINES, LATEX_LABELS, SAMPLER_KEYS, SAMPLER_NAMES, benchmark_name,
-                             fmt_value, setting)
+from analysis.labels import BASELINES, LATEX_LABELS, SAMPLER_KEYS, SAMPLER_NAMES, benchmark_name, fmt_value, setting
 from analysis.pareto import pareto_mask
-from analysis.reference import (PAPER_REFERENCE, REFERENCE_R, comparable, delta_accuracy, reference_label,
-                                reference_trials)
+from analysis.reference import (
+    PAPER_REFERENCE,
+    REFERENCE_R,
+    comparable,
+    delta_accuracy,
+    reference_label,
+    reference_trials,
+)
 from recdiff.errors import RecdiffError
 
 _SECTION = {"static": 1, "adaptive": 2, "speculative": 2, "diffusion": 3}

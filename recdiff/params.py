@@ -25,8 +25,23 @@ from typing import Any, ClassVar, List, Optional, Sequence
 # the engine and samplers (which read them) run where only torch, numpy and safetensors are installed (a GPU box)
 MISSING: Any = "???"
 
-from recdiff.checks import (Check, Rule, at_most, boolean, half_open_unit, is_int, non_negative, non_negative_int,
-                            one_of, optional, positive, positive_int, recurrence, unit_interval, validate)
+from recdiff.checks import (
+    Check,
+    Rule,
+    at_most,
+    boolean,
+    half_open_unit,
+    is_int,
+    non_negative,
+    non_negative_int,
+    one_of,
+    optional,
+    positive,
+    positive_int,
+    recurrence,
+    unit_interval,
+    validate,
+)
 from recdiff.errors import RecdiffError
 
 

@@ -23,8 +23,8 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from recdiff.errors import RecdiffError
 from recdiff.checks import is_int, temperature, top_p
+from recdiff.errors import RecdiffError
 from recdiff.params import SAMPLER_PARAMS, ParamSpace, ParamType, SamplerParams, default_space, parse_sampler
 
 

@@ -28,10 +28,10 @@ import polars as pl
 from IPython.display import Markdown, display
 
 from analysis.claims import CLAIMS, judge_all
-from analysis.verdicts import count_outcomes
 from analysis.paper import load_paper
 from analysis.report import plan_figures
 from analysis.tables import sampler_table
+from analysis.verdicts import count_outcomes
 
 manifest, trials = load_paper(study)
 print(f"scale {manifest['scale']}: {len(trials)} recipe studies, {sum(len(t) for t in trials.values())} trials")

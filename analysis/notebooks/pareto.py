@@ -26,8 +26,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import polars as pl
 
-from analysis import (hypervolume_interval, knee, load_trials, noisy_pareto_front, pareto_front, plots,
-                      sampler_table)
+from analysis import hypervolume_interval, knee, load_trials, noisy_pareto_front, pareto_front, plots, sampler_table
 from analysis.report import varying
 
 df = load_trials(study, study_name)

@@ -32,8 +32,7 @@ from torch import Tensor
 from recdiff import fused
 from recdiff.cache import SlotKV
 from recdiff.engine.graphs import Graphs
-from recdiff.engine.pieces import (core_piece, decode_piece, embed_piece, exit_piece, own_calls,
-                                   window_piece)
+from recdiff.engine.pieces import core_piece, decode_piece, embed_piece, exit_piece, own_calls, window_piece
 from recdiff.engine.program import Programs, internals
 from recdiff.model import RecurrentDepthModel
 

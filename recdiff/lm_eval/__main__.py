@@ -16,8 +16,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv is not None:
         sys.argv = [sys.argv[0], *argv]
     try:
-        import recdiff.lm_eval  # noqa: F401  (registers the model)
         from lm_eval.__main__ import cli_evaluate
+
+        import recdiff.lm_eval  # noqa: F401  (registers the model)
 
         cli_evaluate()
     except KeyboardInterrupt:

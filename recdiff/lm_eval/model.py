@@ -66,8 +66,8 @@ class RecdiffLM(TemplateLM):
                  **params: Any) -> None:
         super().__init__()
         import recdiff
-        from recdiff.samplers import check_params
         from recdiff.load import resolve_device, resolve_model_path
+        from recdiff.samplers import check_params
 
         try:
             self.params = check_params(str(sampler), params)

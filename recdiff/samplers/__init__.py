@@ -8,9 +8,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from recdiff.engine.scheduler import Request, run_batched
 from recdiff.errors import RecdiffError
 from recdiff.model import RecurrentDepthModel
-from recdiff.engine.scheduler import Request, run_batched
 from recdiff.samplers.base import GenerationResult, Options, Selector, StopCondition, default_stop_ids
 
 SAMPLERS = ("static", "adaptive", "speculative", "diffusion")

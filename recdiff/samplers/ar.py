@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 
 from recdiff.engine.pool import cache_length, get_runner
-from recdiff.model import relative_change
 from recdiff.engine.scheduler import Request
+from recdiff.model import relative_change
 from recdiff.samplers.base import GenerationResult, Options, check_fits
 
 

@@ -50,16 +50,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from recdiff.errors import RecdiffError
+from recdiff.checks import validate
 from recdiff.engine.pool import cache_length, get_runner
 from recdiff.engine.program import SMALL
 from recdiff.engine.scheduler import Request
-from recdiff.checks import validate
+from recdiff.errors import RecdiffError
 from recdiff.params import DiffusionParams
 from recdiff.samplers.base import GenerationResult, Options, check_fits
 from recdiff.samplers.diffusion_host import SlotRecord
-from recdiff.samplers.diffusion_step import (PTR, StepRule, advance, beta_per_position, noised,
-                                             piece, state_names)
+from recdiff.samplers.diffusion_step import PTR, StepRule, advance, beta_per_position, noised, piece, state_names
 from recdiff.trace import TraceRecorder
 
 __all__ = ["SPEC", "RULES", "make_batch", "DiffusionBatch", "beta_per_position"]

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import torch
 
+from recdiff.checks import validate
 from recdiff.engine.pool import cache_length, get_runner
 from recdiff.engine.scheduler import Request
-from recdiff.checks import validate
 from recdiff.params import SpeculativeParams
 from recdiff.samplers.base import GenerationResult, Options, check_fits
 

@@ -33,13 +33,35 @@ from recdiff.study.grid import run_grid_trial
 from recdiff.study.identity import check_identity, config_hash, identity_from_config, trial_identity
 from recdiff.study.job import run_job
 from recdiff.study.journal import JournalFile, repair
-from recdiff.study.record import (claim, claim_asked, claim_trial, find_duplicate, holder, measure, record_outcome,
-                                  run_claimed, take, tell, upload_artifacts)
+from recdiff.study.record import (
+                                  claim,
+                                  claim_asked,
+                                  claim_trial,
+                                  find_duplicate,
+                                  holder,
+                                  measure,
+                                  record_outcome,
+                                  run_claimed,
+                                  take,
+                                  tell,
+                                  upload_artifacts,
+)
 from recdiff.study.results import write_json, write_result
 from recdiff.study.search import RETRIED_KINDS, count_trials, make_sampler, run_search
-from recdiff.study.storage import (CLAIM_ATTR, CLAIMANT_ATTR, HEARTBEAT_ATTR, Heartbeat, HeartbeatJournalStorage,
-                                   RetryStaleTrial, fail_stale_trials, finish_claim, holding, record_heartbeat,
-                                   storage_of, trial_id)
+from recdiff.study.storage import (
+                                  CLAIM_ATTR,
+                                  CLAIMANT_ATTR,
+                                  HEARTBEAT_ATTR,
+                                  Heartbeat,
+                                  HeartbeatJournalStorage,
+                                  RetryStaleTrial,
+                                  fail_stale_trials,
+                                  finish_claim,
+                                  holding,
+                                  record_heartbeat,
+                                  storage_of,
+                                  trial_id,
+)
 
 __all__ = [
     "BASELINES", "run_baselines", "load_study", "open_storage", "open_study", "resolve_storage_url", "run_grid_trial",

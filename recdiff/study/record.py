@@ -34,11 +34,24 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from recdiff.errors import no_space
-from recdiff.study import claimant, storage as _storage
+from recdiff.study import claimant
+from recdiff.study import storage as _storage
 from recdiff.study.identity import key, trial_identity
 from recdiff.study.results import write_result
-from recdiff.study.storage import (CLAIM_ATTR, CLAIMANT_ATTR, HEARTBEAT_ATTR, claim_token, fail_stale_trials,
-                                   finish_claim, holding, new_token, record_heartbeat, storage_of, study_id, trial_id)
+from recdiff.study.storage import (
+    CLAIM_ATTR,
+    CLAIMANT_ATTR,
+    HEARTBEAT_ATTR,
+    claim_token,
+    fail_stale_trials,
+    finish_claim,
+    holding,
+    new_token,
+    record_heartbeat,
+    storage_of,
+    study_id,
+    trial_id,
+)
 from recdiff.trial.outcome import Outcome, State, evaluate
 from recdiff.trial.provenance import provenance
 

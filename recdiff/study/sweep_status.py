@@ -32,7 +32,6 @@ from omegaconf import DictConfig
 
 from recdiff.study.results import SWEEP_TOKEN_ENV
 
-
 SUMMARY_FILE = "sweep.json"
 # what became of each configuration a sweep's jobs met (baselines included), by its result.json: see :func:`kind`
 KINDS = ("measured", "reused", "already_in_study", "running_elsewhere", "retries_exhausted", "failed", "pruned")

@@ -61,8 +61,15 @@ from recdiff.samplers.ar import ARBatch
 from recdiff.samplers.diffusion import DiffusionBatch
 from recdiff.samplers.speculative import SpeculativeBatch
 from recdiff.timing import PairedTiming, Timer, paired_timing
-from recdiff.tools.bounds import (FLOOR_ROWS, ReadBytes, copy_bandwidth, model_calls, product_floor, read_bytes,
-                                  result_bytes)
+from recdiff.tools.bounds import (
+    FLOOR_ROWS,
+    ReadBytes,
+    copy_bandwidth,
+    model_calls,
+    product_floor,
+    read_bytes,
+    result_bytes,
+)
 from recdiff.tools.shapes import SHAPES  # the random-weight shapes --models names
 
 EMBEDDED = Path(__file__).resolve().parents[1] / "assets" / "embedded"
@@ -313,10 +320,10 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{label:24s}" + "".join(f" {res[m]['tok_s']:22.1f}" for m in modes)
                   + f" {first['passes']:13.2f} {first['capped']:7d}", flush=True)
         if bound:
-            print(f"bandwidth bound (bytes the model calls must read: weights, plus K/V; over the copy bandwidth "
-                  f"above); a call is a token of static and adaptive AR, a diffusion step, a speculative draft or "
-                  f"verification; batch-B: a call of B sequences, the weights read once for them; batch-1 % bound: "
-                  f"the median prompt's)")
+            print("bandwidth bound (bytes the model calls must read: weights, plus K/V; over the copy bandwidth "
+                  "above); a call is a token of static and adaptive AR, a diffusion step, a speculative draft or "
+                  "verification; batch-B: a call of B sequences, the weights read once for them; batch-1 % bound: "
+                  "the median prompt's)")
             print(f"{'sampler':24s}"
                   + "".join(f" {m + ': GB/call':>28s} {'calls/s':>9s} {'% bound':>8s}" for m in modes))
             for label in results:
@@ -326,8 +333,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.profile:
             print_profile(results, modes, len(prompts))
         floors = "  ".join(f"{r} row{'s' * (r > 1)}: {product_floor(model, r) * 1e6:.2f}" for r in FLOOR_ROWS)
-        print(f"cost per core row·recurrence, µs (wall time / the results' tokens_forward, prefill included; P, C and "
-              f"the sampler's own work are in it too):")
+        print("cost per core row·recurrence, µs (wall time / the results' tokens_forward, prefill included; P, C and "
+              "the sampler's own work are in it too):")
         for label in results:
             print(f"  {label:22s}" + "".join(f" {m}: {results[label][m]['us_row']:.2f}" for m in modes))
         print("  the weight products alone at the vendor GEMM's rate (bounds.product_floor), by rows per call — "

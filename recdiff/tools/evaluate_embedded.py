@@ -144,7 +144,7 @@ def format_tables(results: dict[str, Any]) -> str:
         keys = sorted({int(k) for by in bys.values() for k in by})
         name = {"compose": "K"}.get(results.get("benchmark", ""), "difficulty")
         lines += ["", f"Accuracy by {name}:", "",
-                  f"| sampler | " + " | ".join(str(k) for k in keys) + " |", "|---|" + "---|" * len(keys)]
+                  "| sampler | " + " | ".join(str(k) for k in keys) + " |", "|---|" + "---|" * len(keys)]
         for label, by in bys.items():
             by = {int(k): v for k, v in by.items()}
             lines.append(f"| {label} | " + " | ".join(f"{by[k]:.2f}" if k in by else "" for k in keys) + " |")

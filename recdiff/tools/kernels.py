@@ -16,8 +16,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from recdiff import generate
-from recdiff.errors import RecdiffError
 from recdiff.engine.runner import set_compile
+from recdiff.errors import RecdiffError
 from recdiff.tools.bench import bench_prompts, build
 
 KINDS = [  # first match wins, on the lower-cased kernel name

@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from recdiff.errors import RecdiffError
-from recdiff.timing import (PairedTiming, PeakMemory, ReferenceTimingError, Sample, Timer, paired_timing,
-                            torch_threads)
+from recdiff.timing import PairedTiming, PeakMemory, ReferenceTimingError, Sample, Timer, paired_timing, torch_threads
 from recdiff.tokenizer import ByteCodec, encode_prompt
 from recdiff.trial.deadline import deadline
 from recdiff.trial.samples import record_samples
@@ -159,9 +158,10 @@ def speed_pass(work: Workload, run: RunConfig, gen: dict[str, Any], ref_gen: dic
 
 def run_trial(work: Workload, trial: TrialSpec, output_dir: str | os.PathLike) -> TrialResult:
     """Run ``trial.sampler`` over the workload's problems; write samples and traces under ``output_dir``."""
+    from tqdm.auto import tqdm
+
     import recdiff
     from recdiff.benchmarks.stats import wilson_interval
-    from tqdm.auto import tqdm
 
     sampler, run = trial.sampler, trial.run
     reason = sampler.complaint()

@@ -42,7 +42,7 @@ def evaluate(work: Any, trial: TrialSpec, output_dir: Path) -> Outcome:
     """Run one trial and classify how it ended; never raises for a trial's own failure."""
     import torch
 
-    from recdiff import trial as trials   # the runner as the package names it (tests put a fake one there)
+    from recdiff import trial as trials  # the runner as the package names it (tests put a fake one there)
 
     try:
         res = trials.run_trial(work, trial, output_dir)

@@ -170,7 +170,8 @@ def _given(overrides: list[str], key: str) -> bool:
 def compose(argv: list[str]) -> TunePlan:
     """The tune's plan from its command line: Hydra overrides as for ``sweep.py`` (``study=tune`` unless another
     study is named), ``tune.*`` options. One :class:`RecdiffError` line for any mistake."""
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf, open_dict
 

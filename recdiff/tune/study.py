@@ -26,8 +26,16 @@ from optuna.trial import FrozenTrial, TrialState
 from recdiff.errors import SweepStopped
 from recdiff.schema import Config
 from recdiff.study.identity import config_hash
-from recdiff.study.record import (claim_asked, duplicate, find_duplicate, measure, record_outcome, run_claimed, take,
-                                  tell)
+from recdiff.study.record import (
+    claim_asked,
+    duplicate,
+    find_duplicate,
+    measure,
+    record_outcome,
+    run_claimed,
+    take,
+    tell,
+)
 from recdiff.study.search import counts, make_sampler
 from recdiff.study.storage import fail_stale_trials, holding
 from recdiff.trial.deadline import TrialTimeout, deadline

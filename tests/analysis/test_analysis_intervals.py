@@ -7,8 +7,21 @@ import math
 import polars as pl
 import pytest
 
-from analysis.intervals import (Est, all_of, combine, common_value, decide, ests, fisher_interval, group_means, mean,
-                                spearman_interval, speed_column, t_mean, wilson)
+from analysis.intervals import (
+    Est,
+    all_of,
+    combine,
+    common_value,
+    decide,
+    ests,
+    fisher_interval,
+    group_means,
+    mean,
+    spearman_interval,
+    speed_column,
+    t_mean,
+    wilson,
+)
 from recdiff.benchmarks.stats import wilson_interval
 
 INF = math.inf

@@ -9,9 +9,20 @@ import polars as pl
 import pytest
 
 from analysis import load_trials
-from analysis.pareto import (dominates, hypervolume, hypervolume_interval, knee, knee_index, noisy_dominates,
-                             noisy_pareto_front, noisy_pareto_mask, pareto_front, pareto_mask, with_noisy_pareto,
-                             with_pareto)
+from analysis.pareto import (
+    dominates,
+    hypervolume,
+    hypervolume_interval,
+    knee,
+    knee_index,
+    noisy_dominates,
+    noisy_pareto_front,
+    noisy_pareto_mask,
+    pareto_front,
+    pareto_mask,
+    with_noisy_pareto,
+    with_pareto,
+)
 from recdiff.errors import RecdiffError
 
 INF = math.inf
@@ -179,7 +190,8 @@ def test_noisy_front_of_a_trials_table():
     intervals): its measured values count as exact."""
     df = pl.DataFrame({"number": [0, 1, 2, 3, 4], "state": ["COMPLETE"] * 4 + ["FAIL"],
                        "accuracy": [0.50, 0.48, 0.30, 0.20, None], "accuracy_low": [0.45, 0.43, 0.28, 0.19, None],
-                       "accuracy_high": [0.55, 0.53, 0.32, 0.21, None], "tokens_per_s": [100.0, 97.0, 50.0, 110.0, None],
+                       "accuracy_high": [0.55, 0.53, 0.32, 0.21, None],
+                       "tokens_per_s": [100.0, 97.0, 50.0, 110.0, None],
                        "tokens_per_s_lo": [96.0, 93.0, 48.0, None, None],
                        "tokens_per_s_hi": [104.0, 101.0, 52.0, None, None]})
     assert with_noisy_pareto(df)["pareto"].to_list() == [True, True, False, True, False]

@@ -1,12 +1,12 @@
 """Each figure function plots the data it was given (asserted on artist data, not pixels)."""
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import numpy as np
 import polars as pl
 import pytest
 from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection, PathCollection
-import matplotlib.pyplot as plt
 
 from analysis import plots, trace_plots
 from analysis.labels import LABELS
@@ -18,7 +18,8 @@ def grid() -> pl.DataFrame:
     rows = []
     for i, (r_inner, beta) in enumerate([(1, 0.0), (1, 0.5), (4, 0.0), (4, 0.5), (2, 0.0)]):
         rows.append({"number": i, "state": "COMPLETE", "sampler": "diffusion", "r_inner": r_inner, "beta": beta,
-                     "r": 32, "accuracy": 0.3 + 0.02 * r_inner + 0.1 * beta, "tokens_per_s": 300.0 / r_inner + 10 * beta,
+                     "r": 32, "accuracy": 0.3 + 0.02 * r_inner + 0.1 * beta,
+                     "tokens_per_s": 300.0 / r_inner + 10 * beta,
                      "accuracy_low": 0.25, "accuracy_high": 0.6})
     rows += [
         {"number": 5, "state": "COMPLETE", "sampler": "static", "r": 32, "accuracy": 0.42, "tokens_per_s": 36.0},

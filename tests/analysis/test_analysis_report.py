@@ -100,6 +100,7 @@ def test_notebook_executes(study_dir, tmp_path):
 
 def test_one_param_slice_holds_other_keys_fixed():
     import polars as pl
+
     from analysis.report import one_param_slice
     df = pl.DataFrame({"r_inner": [1, 2, 4, 1, 2, 4, 4], "beta": [0.0, 0.0, 0.0, 0.2, 0.2, 0.2, 0.5],
                        "epsilon": [0.03] * 6 + [0.1], "accuracy": [0.1] * 7})

@@ -48,7 +48,8 @@ def test_rows_and_relative_row(paper_df):
     assert row.label == "Diff. Sampler (r′=4, β_t=0)"
     # accuracy change in points (no accuracy intervals in this table: none for the change), the paired speed-up
     assert rel["gsm8k"].delta.value == pytest.approx(0.31) and not rel["gsm8k"].delta.known
-    assert (rel["gsm8k"].speedup.value, rel["gsm8k"].speedup.lo, rel["gsm8k"].speedup.hi) == pytest.approx(PAIRED[4, "gsm8k"])
+    assert (rel["gsm8k"].speedup.value, rel["gsm8k"].speedup.lo,
+            rel["gsm8k"].speedup.hi) == pytest.approx(PAIRED[4, "gsm8k"])
     assert rel["mbpp"].delta.value == pytest.approx(-0.60) and rel["mbpp"].speedup.value == pytest.approx(4.59)
 
 

@@ -79,7 +79,8 @@ def test_figures_carry_the_studies_data(paper):
         done = df.filter(pl.col("state") == "COMPLETE")
         diff = plots.split_baselines(done)[0]
         if claim.figure == "pareto":
-            np.testing.assert_allclose(ax.collections[0].get_offsets(), diff.select("tokens_per_s", "accuracy").to_numpy())
+            np.testing.assert_allclose(ax.collections[0].get_offsets(),
+                                       diff.select("tokens_per_s", "accuracy").to_numpy())
         elif claim.figure.startswith("tradeoff"):
             # every point of every curve is a diffusion trial of the study (one configuration each)
             trial_points = {(round(x, 6), round(y, 6)) for x, y in diff.select("tokens_per_s", "accuracy").rows()}

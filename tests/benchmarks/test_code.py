@@ -143,8 +143,12 @@ def test_humaneval_local_file_and_prompt_golden(write_jsonl, chat_tokenizer):
     assert ok.correct and not bad.correct
 
 
-MBPP_ROW = {"task_id": 11, "text": "Write a python function to remove first and last occurrence of a given character from the string.",
-            "code": "def remove_Occ(s,ch): \r\n    for i in range(len(s)): \r\n        if (s[i] == ch): \r\n            s = s[0 : i] + s[i + 1:] \r\n            break\r\n    for i in range(len(s) - 1,-1,-1):  \r\n        if (s[i] == ch): \r\n            s = s[0 : i] + s[i + 1:] \r\n            break\r\n    return s ",
+MBPP_ROW = {"task_id": 11, "text": "Write a python function to remove first and last occurrence of a given character "
+                                   "from the string.",
+            "code": "def remove_Occ(s,ch): \r\n    for i in range(len(s)): \r\n        if (s[i] == ch): \r\n"
+                    "            s = s[0 : i] + s[i + 1:] \r\n            break\r\n"
+                    "    for i in range(len(s) - 1,-1,-1):  \r\n        if (s[i] == ch): \r\n"
+                    "            s = s[0 : i] + s[i + 1:] \r\n            break\r\n    return s ",
             "test_list": ['assert remove_Occ("hello","l") == "heo"', 'assert remove_Occ("abcda","a") == "bcd"',
                           'assert remove_Occ("PHP","P") == "H"'],
             "test_setup_code": "", "challenge_test_list": []}

@@ -55,7 +55,8 @@ def test_flexible_and_strict_differ():
     assert (s1.correct, s1.detail["strict_match"]) == (True, False)      # no "The answer is"
     assert (s2.correct, s2.detail["strict_match"]) == (False, True)      # last number is 999
     assert (s3.correct, s3.detail["strict_match"]) == (True, True)
-    assert s2.extracted == "999" and s2.detail["strict_extracted"] == "1,000."  # greedy group, "." wildcard ate the space
+    # greedy group, "." wildcard ate the space
+    assert s2.extracted == "999" and s2.detail["strict_extracted"] == "1,000."
 
 
 def test_plain_prompt_golden():

@@ -68,6 +68,7 @@ def test_speculative_sequence(fixture_dir, load_fixture_model):
         assert len(res.tokens) == kw["max_new_tokens"]
         assert res.tokens == c["new_tokens"][: len(res.tokens)]
         # verification at r makes it agree with static AR at r
-        static = generate(model, prompt, "static", max_new_tokens=kw["max_new_tokens"], r=kw["num_steps"], kv_cache="per_step")
+        static = generate(model, prompt, "static", max_new_tokens=kw["max_new_tokens"], r=kw["num_steps"],
+                          kv_cache="per_step")
         assert res.tokens == static.tokens
         assert res.stats["core_passes"] < static.stats["core_passes"] * 2  # drafting is cheap

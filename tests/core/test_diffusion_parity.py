@@ -33,7 +33,8 @@ def reference_call(model, prompt, kw, **extra):
 
 def _diffusion_cases(d):
     prompts, cases = read_cases(d)
-    return [(prompts[c["prompt"]], c) for c in cases if c["case"].startswith("diffusion") and "reference_raises" not in c]
+    return [(prompts[c["prompt"]], c) for c in cases
+            if c["case"].startswith("diffusion") and "reference_raises" not in c]
 
 
 def test_every_diffusion_case_matches(fixture_dir, load_fixture_model):

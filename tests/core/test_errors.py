@@ -18,7 +18,8 @@ def model(load_fixture_model):
 
 def _copy(tmp_path):
     d = tmp_path / "ckpt"
-    shutil.copytree(need_fixtures(), d, ignore=shutil.ignore_patterns("perturbed", "generate*", "forward*", "diffusion*"))
+    shutil.copytree(need_fixtures(), d,
+                    ignore=shutil.ignore_patterns("perturbed", "generate*", "forward*", "diffusion*"))
     return d
 
 
@@ -78,7 +79,8 @@ def test_prompt_longer_than_block_size(model):
 def test_unknown_sampler_and_parameter(model):
     with pytest.raises(RecdiffError, match="unknown sampler 'greedy'"):
         generate(model, [1, 2], "greedy")
-    with pytest.raises(RecdiffError, match="unknown parameter 'r_innr' for sampler 'diffusion' \\(did you mean 'r_inner'\\?\\)"):
+    with pytest.raises(RecdiffError,
+                       match="unknown parameter 'r_innr' for sampler 'diffusion' \\(did you mean 'r_inner'\\?\\)"):
         generate(model, [1, 2], "diffusion", r_innr=4)
     with pytest.raises(RecdiffError, match="unknown parameter 'r_inner' for sampler 'static'"):
         generate(model, [1, 2], "static", r_inner=4)

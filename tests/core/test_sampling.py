@@ -57,7 +57,8 @@ def test_tiny_epsilon_and_large_wavefront_converge_to_static_ar(fixture_dir):
             s = s_new
         assert deltas[-1] < 1e-5 < deltas[1]  # it is a contraction, but not a trivial one
         static = generate(model, prompt, "static", max_new_tokens=16, r=64)
-        diff = generate(model, prompt, "diffusion", max_new_tokens=16, r=64, r_inner=4, epsilon=1e-5, wavefront=64, eta=0.0)
+        diff = generate(model, prompt, "diffusion", max_new_tokens=16, r=64, r_inner=4, epsilon=1e-5, wavefront=64,
+                        eta=0.0)
         assert not diff.stats["max_steps_reached"]
         assert diff.tokens == static.tokens
 

@@ -5,8 +5,7 @@ from fractions import Fraction
 
 import pytest
 
-from recdiff.benchmarks import get_benchmark
-from recdiff.benchmarks import arith
+from recdiff.benchmarks import arith, get_benchmark
 
 
 def test_generator_is_deterministic():

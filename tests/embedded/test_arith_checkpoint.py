@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
+import recdiff
 import recdiff.load as load
 from recdiff.benchmarks import get_benchmark
-import recdiff
 from recdiff.tools.evaluate_embedded import ASSET_DIR as EMBEDDED
 
 ASSET_DIR = EMBEDDED.parent / "embedded_arith"

@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
+from recdiff.benchmarks import arith, compose
 from recdiff.tools import train
 from recdiff.tools.train_data import LevelCurriculum
-from recdiff.benchmarks import arith, compose
 
 
 def test_poisson_lognormal_recurrence_draws():
@@ -40,8 +40,9 @@ FAST = {"batch_size": 8, "lr": 1e-2, "warmup_steps": 5, "max_steps": 60, "time_b
 
 def test_recipe_defaults_are_the_compose_config():
     """recdiff.tools.train's DEFAULTS and conf/train/compose.yaml state one recipe."""
-    import yaml
     from pathlib import Path
+
+    import yaml
 
     conf = yaml.safe_load((Path(__file__).resolve().parents[2] / "conf/train/compose.yaml").read_text())
     conf.pop("hydra")
@@ -64,7 +65,8 @@ def test_short_run_lowers_loss_and_checkpoint_round_trips(tmp_path):
     folder = tmp_path / "run" / "final"
     assert json.loads((folder / compose.DEFINITION_FILE).read_text())["format"] == "long"
     model = load.load_model(folder)
-    assert model.tokenizer is not None and model.tokenizer.eos_token_id == res["tokenizer"].token_to_id("<|end_of_text|>")
+    assert model.tokenizer is not None and (
+        model.tokenizer.eos_token_id == res["tokenizer"].token_to_id("<|end_of_text|>"))
     ids = torch.tensor([res["encoder"].encode(compose.generate_split("test", 1)[0])[0]])
     trained = res["model"].eval()
     with torch.no_grad():
@@ -98,7 +100,8 @@ def test_level_curriculum_rises_once_a_level_is_solved():
 def test_arith_task_still_trains(tmp_path):
     """The previous model's recipe (conf/train/embedded_arith.yaml): BPE tokenizer trained on its corpus."""
     res = train.run_training({"threads": 1, "out_dir": str(tmp_path / "run"), "model": SMALL,
-                              "data": {"task": "arith", "steps_per_line": 0}, "tokenizer": {"vocab_size": 320, "corpus": 300},
+                              "data": {"task": "arith", "steps_per_line": 0},
+                              "tokenizer": {"vocab_size": 320, "corpus": 300},
                               "train": {**FAST, "max_steps": 30}}, log=lambda s: None)
     losses = [h["loss"] for h in res["history"]]
     assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 1.0

@@ -7,10 +7,10 @@ from __future__ import annotations
 import torch
 
 from recdiff import generate
-from recdiff.tools.bench import SHAPES, build, main
-from recdiff.tools.bounds import model_calls, read_bytes, recurrence_matrices, result_bytes
 from recdiff.config import RecurrentConfig
 from recdiff.model import RecurrentDepthModel
+from recdiff.tools.bench import SHAPES, build, main
+from recdiff.tools.bounds import model_calls, read_bytes, recurrence_matrices, result_bytes
 
 
 def test_floor_multiplies_exactly_one_recurrences_weights():
@@ -55,8 +55,9 @@ def test_bench_prints_the_bandwidth_bound_when_asked(capsys):
 
 def tiny_model() -> RecurrentDepthModel:
     """Width 8, 2 heads of 4, one layer each in P, R and C, MLP 16, vocabulary 32, tied head, float32."""
-    return RecurrentDepthModel(RecurrentConfig(n_embd=8, n_heads=2, n_layers_in_prelude=1, n_layers_in_recurrent_block=1,
-                                               n_layers_in_coda=1, intermediate_size=16, vocab_size=32, block_size=64))
+    return RecurrentDepthModel(RecurrentConfig(n_embd=8, n_heads=2, n_layers_in_prelude=1,
+                                               n_layers_in_recurrent_block=1, n_layers_in_coda=1, intermediate_size=16,
+                                               vocab_size=32, block_size=64))
 
 
 def test_bytes_a_call_must_read_by_hand():

@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from recdiff import generate, warm_up, load_model
+from recdiff import generate, load_model, warm_up
 from recdiff.engine.pool import cache_length, get_runner
 from recdiff.engine.runner import set_compile
 from tests.conftest import RAVEN_TINY, need_fixtures

@@ -28,7 +28,8 @@ def test_a_fused_model_gives_the_plain_tokens_and_logits(monkeypatch, load_fixtu
         ids = torch.tensor([prompts(RAVEN_TINY)[0]])
         assert torch.equal(model(ids, r=4)[0], plain(ids, r=4)[0])
         ps = prompts(RAVEN_TINY)[:3]
-        for sampler, params in (("static", {"r": 8}), ("diffusion", {"r": 16, "r_inner": 4, "epsilon": 0.05, "wavefront": 24})):
+        for sampler, params in (("static", {"r": 8}),
+                                ("diffusion", {"r": 16, "r_inner": 4, "epsilon": 0.05, "wavefront": 24})):
             kw = dict(max_new_tokens=6, stop_token_ids=[], batch_size=len(ps), **params)
             want, got = generate(plain, ps, sampler, **kw), generate(model, ps, sampler, **kw)
             assert [r.tokens for r in got] == [r.tokens for r in want], sampler

@@ -14,8 +14,7 @@ import pytest
 import torch
 from packaging.requirements import Requirement
 
-from recdiff import RecdiffError, generate, load_model
-from recdiff import compat
+from recdiff import RecdiffError, compat, generate, load_model
 from recdiff.engine import program
 from recdiff.engine.runner import set_compile
 from tests.conftest import REPO, need_fixtures

@@ -8,8 +8,8 @@ import time
 import torch
 
 from recdiff import generate, load_model
-from recdiff.engine.profile import MODEL_CALLS, RUNNER_CALLS, Profile, profiling
 from recdiff.engine.graphs import EmulatedGraph
+from recdiff.engine.profile import MODEL_CALLS, RUNNER_CALLS, Profile, profiling
 from recdiff.engine.runner import Runner
 from recdiff.model import RecurrentDepthModel
 from recdiff.samplers.ar import ARBatch

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from recdiff import load_model
-from recdiff.engine.program import MANY_ROWS, direct, prepare
 from recdiff.engine.pool import cache_length, get_runner
+from recdiff.engine.program import MANY_ROWS, direct, prepare
 from tests.conftest import need_fixtures
 
 
@@ -77,7 +77,8 @@ def test_a_callers_own_signature_serves_prepares_program_and_is_held_to_it():
     for n in (3, 5):
         a, b = torch.randn(1, n, 4), torch.randn(1, n, 4)
         assert torch.equal(run.run("mix", mix, (a, b), sig=("static",), static=static)[0], a * 2 + b)
-    assert len([k for k in run.programs.compiled if k[0] == "mix" and len(k) == 3]) == 1  # one, keyed with its dimensions
+    # one, keyed with its dimensions
+    assert len([k for k in run.programs.compiled if k[0] == "mix" and len(k) == 3]) == 1
     with pytest.raises(RuntimeError, match="signature"):
         run.run("mix", mix, (torch.randn(1, 3, 6), torch.randn(1, 3, 6)), sig=("static",), static=static)
 

@@ -47,9 +47,11 @@ def check_same(model: Any, prompts: list[list[int]], want: list[Any], got: list[
             continue
         margin = margin_at(model, prompts[i] + a.tokens[:j], r)
         (ties if margin < NEAR_TIE else other).append((i, j, margin))
-    assert not other, f"{what}: differences that are not near-ties (prompt, position, margin): {other}; near-ties: {ties}"
+    assert not other, (f"{what}: differences that are not near-ties (prompt, position, margin): {other}; "
+                       f"near-ties: {ties}")
     if ties:
-        print(f"{what}: {len(ties)} of {len(want)} sequences differ at a logit near-tie (prompt, position, margin): {ties}")
+        print(f"{what}: {len(ties)} of {len(want)} sequences differ at a logit near-tie "
+              f"(prompt, position, margin): {ties}")
     return ties
 
 

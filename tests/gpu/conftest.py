@@ -11,7 +11,8 @@ from tests.gpu.common import Models
 @pytest.fixture(autouse=True)
 def no_tf32():
     """fp32 means fp32: TF32 (10-bit mantissa products) off for cuBLAS and cuDNN while a GPU test runs."""
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision())
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+             torch.get_float32_matmul_precision())
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")

@@ -16,5 +16,6 @@ def pytest_runtest_logreport(report) -> None:  # noqa: ANN001 (pytest's TestRepo
     if not path or not (report.failed or (report.when == "call" and report.duration > 20)):
         return
     with open(path, "a") as f:
-        head = f"[{time.monotonic() - _T0:6.0f} s] {report.nodeid} {report.when} {report.outcome} ({report.duration:.1f} s)"
+        head = (f"[{time.monotonic() - _T0:6.0f} s] {report.nodeid} {report.when} {report.outcome} "
+                f"({report.duration:.1f} s)")
         f.write(head + "\n" + (str(report.longrepr) + "\n\n" if report.failed else ""))

@@ -22,7 +22,8 @@ DETERMINISTIC = [(i, s, p) for i, (s, p) in enumerate(EVERY_SAMPLER) if not p.ge
 assert len(DETERMINISTIC) < len(EVERY_SAMPLER)  # the filter is the documented exception, not every config
 
 
-@pytest.mark.parametrize("sampler, params", [c[1:] for c in DETERMINISTIC], ids=[f"{s}-{i}" for i, s, _ in DETERMINISTIC])
+@pytest.mark.parametrize("sampler, params", [c[1:] for c in DETERMINISTIC],
+                         ids=[f"{s}-{i}" for i, s, _ in DETERMINISTIC])
 def test_cuda_fp32_gives_the_cpu_tokens_and_stats(fixture_dir, models, sampler, params):
     cpu, gpu = models(fixture_dir, "cpu"), models(fixture_dir, "cuda")
     prompts = batch_prompts(fixture_dir)

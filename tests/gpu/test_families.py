@@ -15,13 +15,13 @@ from recdiff import generate, load_model, save_pretrained
 from recdiff.config import RecurrentConfig
 from recdiff.model import RecurrentDepthModel
 from recdiff.tools.bench import SHAPES
-from tests.matrices import EVERY_SAMPLER, ONE_PER_SAMPLER, ids, prompts
-from tests.meta_memory import predicted_bytes
 from tests.families.conftest import converging_copies, one_per_family
 from tests.gpu import test_batching as batching
 from tests.gpu import test_cuda_graphs as graphs
 from tests.gpu.common import EMULATE, needs_cuda
 from tests.gpu.test_huginn import NEW, SAMPLERS, SLACK
+from tests.matrices import EVERY_SAMPLER, ONE_PER_SAMPLER, ids, prompts
+from tests.meta_memory import predicted_bytes
 
 pytestmark = needs_cuda
 GB = 1e9

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from recdiff import generate, load_model, save_pretrained
-from recdiff.tools.bench import SHAPES
 from recdiff.config import RecurrentConfig
 from recdiff.model import RecurrentDepthModel
+from recdiff.tools.bench import SHAPES
 from tests.gpu.common import EMULATE, needs_cuda
 from tests.meta_memory import meta_huginn, predicted_bytes
 
@@ -79,4 +79,5 @@ def test_huginn_runs_every_sampler_within_the_predicted_memory(huginn, sampler, 
     print(f"{sampler} {params} B={batch}: peak {peak / GB:.2f} GB; predicted weights {weights / GB:.2f} + cache "
           f"{cache / GB:.2f} + state {state / GB:.3f} = {predicted / GB:.2f} GB")
     assert predicted <= peak <= predicted + SLACK(predicted), (
-        f"peak {peak / GB:.2f} GB against the predicted {predicted / GB:.2f} GB (+ at most {SLACK(predicted) / GB:.1f})")
+        f"peak {peak / GB:.2f} GB against the predicted {predicted / GB:.2f} GB "
+        f"(+ at most {SLACK(predicted) / GB:.1f})")

@@ -27,7 +27,8 @@ def arith_file(tmp_path: Path) -> Path:
 
 def test_a_sweep_records_lm_evals_metric(tmp_path, arith_file):
     storage = tmp_path / "journal.log"
-    run_sweep(["model=embedded_arith", "benchmark=lm_eval", "benchmark.task=gsm8k_cot", f"benchmark.path={arith_file}", "benchmark.n_shot=0",
+    run_sweep(["model=embedded_arith", "benchmark=lm_eval", "benchmark.task=gsm8k_cot", f"benchmark.path={arith_file}",
+               "benchmark.n_shot=0",
                "benchmark.filter=flexible-extract", "benchmark.limit=6", "sampler=static", "sampler.r=4",
                "run.speed_samples=1", "run.warmup=0", "run.max_new_tokens=48", "run.progress=false",
                "study.baselines=false", f"study.storage={storage}", f"study.artifact_dir={tmp_path / 'art'}",
@@ -59,7 +60,8 @@ def test_the_tasks_max_gen_toks_bounds_the_answers(tmp_path, arith_file):
     (tmp_path / "short.yaml").write_text(
         f"include: {cot}\ntask: gsm8k_cot_short\nnum_fewshot: 0\ngeneration_kwargs:\n  until: ['Q:']\n"
         "  do_sample: false\n  max_gen_toks: 5\n")
-    cfg = compose_cfg(["model=embedded_arith", "benchmark=lm_eval", "benchmark.task=gsm8k_cot_short", f"benchmark.include_path={tmp_path}",
+    cfg = compose_cfg(["model=embedded_arith", "benchmark=lm_eval", "benchmark.task=gsm8k_cot_short",
+                       f"benchmark.include_path={tmp_path}",
                        f"benchmark.path={arith_file}", "benchmark.limit=3", "sampler=static", "sampler.r=4",
                        "run.speed_samples=1", "run.warmup=0", "run.progress=false", "run.n_traces=0"])
     plan = make_plan(cfg)

@@ -11,7 +11,6 @@ pytest.importorskip("lm_eval", reason='lm-eval is not installed: pip install -e 
 
 from recdiff.benchmarks import get_benchmark
 from recdiff.benchmarks.gsm8k import SYSTEM_PROMPT
-
 from tests.lm_eval.conftest import GSM8K_ROWS
 
 # one completion per document of GSM8K_ROWS, each at one of lm-eval's scoring quirks

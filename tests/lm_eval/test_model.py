@@ -131,9 +131,11 @@ def scored(tmp_path_factory):
     write_jsonl(folder / "choice.jsonl", choice_rows)
     write_jsonl(folder / "text.jsonl", text_rows)
     (folder / "choice.yaml").write_text(
-        f"task: arith_choice_local\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {folder}/choice.jsonl\n"
+        "task: arith_choice_local\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
+        f"    test: {folder}/choice.jsonl\n"
         "test_split: test\noutput_type: multiple_choice\ndoc_to_text: \"Q: {{question}}\\nA:\"\n"
-        "doc_to_choice: \"{{choices}}\"\ndoc_to_target: label\nmetric_list:\n  - metric: acc\nmetadata:\n  version: 1.0\n")
+        "doc_to_choice: \"{{choices}}\"\ndoc_to_target: label\nmetric_list:\n"
+        "  - metric: acc\nmetadata:\n  version: 1.0\n")
     (folder / "text.yaml").write_text(
         f"task: arith_text_local\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {folder}/text.jsonl\n"
         "test_split: test\noutput_type: loglikelihood_rolling\ndoc_to_text: \"\"\ndoc_to_target: \"{{text}}\"\n"

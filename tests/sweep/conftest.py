@@ -47,7 +47,8 @@ def run_sweep(args: list[str], timeout: float = 240, env: dict | None = None, ch
     proc = subprocess.run([sys.executable, str(REPO / "sweep.py"), *args], cwd=REPO, env=e, capture_output=True,
                           text=True, timeout=timeout, **kw)
     if check and proc.returncode != 0:
-        raise AssertionError(f"sweep.py {' '.join(args)} -> {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        raise AssertionError(f"sweep.py {' '.join(args)} -> {proc.returncode}\n"
+                             f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc
 
 

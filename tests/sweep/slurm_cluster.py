@@ -90,7 +90,8 @@ class Cluster:
             "ReturnToService=2", "KillWait=10", "MinJobAge=3600", "DefMemPerCPU=1024",
             "AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=localhost",
             f"AccountingStoragePort={self.dbd_port}", "JobAcctGatherType=jobacct_gather/none",
-            f"NodeName={self.host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory={memory_mb() // 2} State=UNKNOWN",
+            f"NodeName={self.host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} "
+            f"RealMemory={memory_mb() // 2} State=UNKNOWN",
             f"PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP",
             "",
         ]))
@@ -120,7 +121,8 @@ class Cluster:
                        capture_output=True, timeout=300)
         self._spawn(["mariadbd", "--no-defaults", f"--datadir={data}", "--user=root", f"--socket={sock}",
                      f"--port={self.db_port}", "--bind-address=127.0.0.1", "--skip-log-bin",
-                     "--innodb-buffer-pool-size=32M", f"--log-error={self.root / 'db' / 'mysqld.err'}"], log("mariadbd"))
+                     "--innodb-buffer-pool-size=32M", f"--log-error={self.root / 'db' / 'mysqld.err'}"],
+                    log("mariadbd"))
         sql = ("CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurm'; "
                "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';")
         self._wait(lambda: subprocess.run(["mariadb", "--no-defaults", f"--socket={sock}", "-uroot", "-e", sql],
@@ -164,7 +166,8 @@ class Cluster:
                 for line in out.stdout.splitlines() if line]
 
     def logs(self) -> str:
-        return " | ".join(f"{f.name}: {f.read_text()[-600:]}" for f in sorted(self.root.glob("*.out")) if f.stat().st_size)
+        return " | ".join(f"{f.name}: {f.read_text()[-600:]}" for f in sorted(self.root.glob("*.out"))
+                          if f.stat().st_size)
 
     def stop(self) -> None:
         """Cancel what still runs on this cluster, then stop the daemons this object started."""

@@ -67,7 +67,8 @@ def test_main_command_records_four_complete_trials(main_run):
 
         from recdiff.study import open_storage
 
-        names = sorted(a.filename for a in optuna.artifacts.get_all_artifact_meta(t, storage=open_storage(info["storage"])))
+        names = sorted(a.filename
+                       for a in optuna.artifacts.get_all_artifact_meta(t, storage=open_storage(info["storage"])))
         assert names == ["samples.csv", "stability.png"]
     assert proc.stderr.count("COMPLETE accuracy=") + proc.stdout.count("COMPLETE accuracy=") == 4
 
@@ -100,7 +101,8 @@ def test_failing_trials_are_fail_and_the_sweep_continues(tmp_path):
     result = json.loads((tmp_path / "sweep" / "2" / "result.json").read_text())
     assert result["state"] == "FAIL" and result["user_attrs"]["fail_kind"] == "timeout"
     assert proc.returncode == 0
-    assert proc2.returncode == 2 and proc2.stderr.strip() == "error: static sampler: r=0 must be an integer in [1, 1024]"
+    assert proc2.returncode == 2 and (
+        proc2.stderr.strip() == "error: static sampler: r=0 must be an integer in [1, 1024]")
 
 
 @pytest.mark.slow
@@ -303,7 +305,8 @@ def test_dashboard_serves_named_objectives_and_artifacts(dashboard):
     import urllib.request
 
     base, info = dashboard
-    (summary,) = [s for s in get_json(base + "/api/studies")["study_summaries"] if s["study_name"] == info["study_name"]]
+    (summary,) = [s for s in get_json(base + "/api/studies")["study_summaries"]
+                  if s["study_name"] == info["study_name"]]
     assert summary["directions"] == ["maximize", "maximize"]
     detail = get_json(f"{base}/api/studies/{summary['study_id']}")
     assert detail["objective_names"] == ["accuracy", "tokens_per_s"]
@@ -324,7 +327,8 @@ def test_dashboard_renders_in_headless_chromium(dashboard, tmp_path):
     if not chromium:
         pytest.skip("chromium missing (Debian package `chromium`)")
     base, info = dashboard
-    (summary,) = [s for s in get_json(base + "/api/studies")["study_summaries"] if s["study_name"] == info["study_name"]]
+    (summary,) = [s for s in get_json(base + "/api/studies")["study_summaries"]
+                  if s["study_name"] == info["study_name"]]
     url = f"{base}/dashboard/studies/{summary['study_id']}"
     shots = REPO / "outputs" / "ci"
     shots.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,8 @@ def recorded(storage: Path) -> int:
     (["sampler.r_inner=64"], "error: diffusion sampler: r_inner=64 exceeds r=32"),
     (["sampler=static", "sampler.r=0"], "error: static sampler: r=0 must be an integer in [1, 1024]"),
     (["sampler.r=100000"], "error: diffusion sampler: r=100000 must be an integer in [1, 1024]"),
-    (["study=search", "study.space.beta.high=2"], "error: study.space.beta: diffusion sampler: beta=2.0 must be in [0, 1]"),
+    (["study=search", "study.space.beta.high=2"],
+     "error: study.space.beta: diffusion sampler: beta=2.0 must be in [0, 1]"),
     (["run.temperature=-1"], "error: run.temperature=-1.0 must be a number >= 0 (0 = greedy)"),
     (["run.top_p=0"], "error: run.top_p=0.0 must be in (0, 1]"),
     (["run.max_new_tokens=0"], "error: run.max_new_tokens=0 must be an integer >= 1"),
@@ -61,7 +62,8 @@ def test_a_sweep_that_completes_no_trial_exits_non_zero(tmp_path):
             f"study.artifact_dir={tmp_path}/art"]
     proc = run_sweep(["-m", *fault_args("error", "oom"), *args, f"hydra.sweep.dir={tmp_path}/all"], check=False)
     assert proc.returncode == 1, proc.stderr[-2000:]
-    assert proc.stderr.strip().splitlines()[-1] == f"error: no trial of this sweep completed (2 FAIL); see {tmp_path}/all"
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: no trial of this sweep completed (2 FAIL); see {tmp_path}/all")
     # one good trial among failures: success; a single run (no -m) that fails: failure
     assert run_sweep(["-m", *fault_args("error", None), *args, f"hydra.sweep.dir={tmp_path}/mixed"]).returncode == 0
     single = run_sweep([*args, *fault_args("error"), "sampler.r=2", f"hydra.run.dir={tmp_path}/one"], check=False)

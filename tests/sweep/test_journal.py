@@ -77,7 +77,8 @@ def test_damage_is_one_line_naming_the_file_and_the_line(tmp_path):
     glued_journal(path)
     lines = path.read_bytes().splitlines()
     bad = next(i for i, line in enumerate(lines, 1) if line.startswith(FRAGMENT))
-    with pytest.raises(RecdiffError, match=rf"journal {path} is damaged at line {bad}: .*python -m recdiff.study repair"):
+    with pytest.raises(RecdiffError,
+                       match=rf"journal {path} is damaged at line {bad}: .*python -m recdiff.study repair"):
         open_storage(str(path))
     # the analysis CLI and the sweep say the same, in one line, without a traceback
     proc = subprocess.run([sys.executable, "-m", "analysis", "trials", str(path)], capture_output=True, text=True,
@@ -87,7 +88,8 @@ def test_damage_is_one_line_naming_the_file_and_the_line(tmp_path):
         f"record glued onto it; run `python -m recdiff.study repair {path}`"]
     sweep = run_sweep([f"study.storage={path}", f"study.artifact_dir={tmp_path}/art", f"hydra.run.dir={tmp_path}/run",
                        "model=fixture", "benchmark.limit=1"], check=False, timeout=120)
-    assert sweep.returncode == 2 and sweep.stderr.strip().splitlines() == [f"error: journal {path} is damaged at line {bad}: "
+    assert sweep.returncode == 2 and sweep.stderr.strip().splitlines() == [
+        f"error: journal {path} is damaged at line {bad}: "
         "a record cut short by an interrupted write, with a later record glued onto it; "
         f"run `python -m recdiff.study repair {path}`"], sweep.stderr[-2000:]
 
@@ -97,7 +99,8 @@ def test_a_line_that_is_no_record_is_named_too(tmp_path):
     add(path, 1.0)
     add(path, 2.0)
     insert_line(path, 2, b'["not", "a record"]')
-    with pytest.raises(RecdiffError, match=rf"journal {path} is damaged at line 3: not a journal record; repair cannot"):
+    with pytest.raises(RecdiffError,
+                       match=rf"journal {path} is damaged at line 3: not a journal record; repair cannot"):
         open_storage(str(path))
 
 

@@ -47,7 +47,8 @@ def test_the_plan_hashes_every_recorded_configuration_alike(journal):
     baselines = {config_hash(baseline_plan(plans[0], s, v)) for s, v in BASELINES}
     assert hashes == {config_hash(p) for p in plans} | baselines
     search = load(str(journal), "old-search").get_trials()
-    plan = compose_plan([*ARGS, "study=search", "study.search=[r_inner,beta]", "study.algorithm=random", "study.seed=0"])
+    plan = compose_plan([*ARGS, "study=search", "study.search=[r_inner,beta]", "study.algorithm=random",
+                         "study.seed=0"])
     assert [config_hash(plan.with_sampler(**t.params)) for t in search] == [t.user_attrs["config_hash"] for t in search]
 
 

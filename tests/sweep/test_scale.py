@@ -51,7 +51,8 @@ def test_killed_joblib_workers_the_same_command_again_finishes_the_grid(tmp_path
     assert killed and not study.get_trials(states=(TrialState.RUNNING,))
     for t in killed:
         assert t.user_attrs["fail_kind"] == "worker_died"
-        assert t.user_attrs["fail_reason"].startswith("worker died (process ") and "is gone)" in t.user_attrs["fail_reason"]
+        assert (t.user_attrs["fail_reason"].startswith("worker died (process ")
+                and "is gone)" in t.user_attrs["fail_reason"])
 
     again = run_sweep([*grid, f"hydra.sweep.dir={tmp_path}/two"], timeout=600)
     assert "relative to Static AR (r=32)" in again.stdout
@@ -72,7 +73,8 @@ def test_eight_workers_run_sixteen_configurations_exactly_once(tmp_path):
     baselines every job owes, two of which (static r=4, r=8) are grid configurations too: nineteen configurations,
     most wanted by several workers at once. Each is claimed before a model loads: every one COMPLETE once, none
     measured twice."""
-    run_sweep(["-m", *JOBLIB, "hydra.launcher.n_jobs=8", "sampler=static", f"sampler.r={','.join(map(str, range(1, 17)))}",
+    run_sweep(["-m", *JOBLIB, "hydra.launcher.n_jobs=8", "sampler=static",
+               f"sampler.r={','.join(map(str, range(1, 17)))}",
                *TINY, "study.baselines=true", *where(tmp_path, "many"), f"hydra.sweep.dir={tmp_path}/sweep"],
               timeout=600)
     done = exactly_once(load(str(tmp_path / "journal.log"), "many"))
@@ -87,13 +89,15 @@ def test_eight_workers_run_sixteen_configurations_exactly_once(tmp_path):
 def test_two_joblib_workers_on_two_cores_run_one_thread_each(tmp_path):
     two_cores = sorted(os.sched_getaffinity(0))[:2]
     run_sweep(["-m", *JOBLIB, "hydra.launcher.n_jobs=2", "sampler=static", "sampler.r=1,2", *TINY, "run.threads=null",
-               "run.timing_threads=null", *where(tmp_path, "threads"), f"hydra.sweep.dir={tmp_path}/sweep"], timeout=600,
+               "run.timing_threads=null", *where(tmp_path, "threads"), f"hydra.sweep.dir={tmp_path}/sweep"],
+              timeout=600,
               preexec_fn=lambda: os.sched_setaffinity(0, two_cores))
     trials = load(str(tmp_path / "journal.log"), "threads").get_trials()
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
     for t in trials:
         assert t.user_attrs["thread_budget"] == 1
-        assert t.user_attrs["threads"] == 1                                    # timing on the budget (timing_threads null)
+        # timing on the budget (timing_threads null)
+        assert t.user_attrs["threads"] == 1
         assert t.user_attrs["device"].endswith(", 1 threads)")               # torch's count as the trial ended
         assert t.user_attrs["config"]["run"]["threads"] is None               # the config (and its hash) unchanged
 

@@ -204,6 +204,7 @@ def test_storage_urls(tmp_path):
 
 def test_existing_study_with_other_directions_is_refused(tmp_path):
     plan = compose_plan([f"study.storage={tmp_path}/j.log", "study.name=d"])
-    optuna.create_study(study_name="d", storage=rs.open_storage(plan.study.storage), directions=["minimize", "maximize"])
+    optuna.create_study(study_name="d", storage=rs.open_storage(plan.study.storage),
+                        directions=["minimize", "maximize"])
     with pytest.raises(RecdiffError, match="directions"):
         rs.open_study(plan.study, rs.open_storage(plan.study.storage))

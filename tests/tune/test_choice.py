@@ -10,8 +10,19 @@ import pytest
 from optuna.distributions import IntDistribution
 from optuna.trial import TrialState
 
-from recdiff.tune.choice import (Measured, Row, changed, choose, constraint, feasible, judge, knee, runners_up,
-                                 since_gain, table)
+from recdiff.tune.choice import (
+    Measured,
+    Row,
+    changed,
+    choose,
+    constraint,
+    feasible,
+    judge,
+    knee,
+    runners_up,
+    since_gain,
+    table,
+)
 
 SPACE = {"r_inner": IntDistribution(1, 32, log=True)}
 PAPER = {"r_inner": 4, "epsilon": 0.03, "eta": 0.1, "beta_schedule": "linear"}

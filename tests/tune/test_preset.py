@@ -21,9 +21,8 @@ from recdiff.errors import RecdiffError
 from recdiff.params import DiffusionParams, Provenance
 from recdiff.schema import make_plan
 from recdiff.study.identity import config_hash
+from recdiff.tune.preset import PresetWarning, device_label, load_preset, mismatch, read_preset, settings, write_preset
 from tests.sweep.conftest import requires_fixture
-from recdiff.tune.preset import (PresetWarning, device_label, load_preset, mismatch, read_preset, settings,
-                                 write_preset)
 
 REPO = Path(__file__).resolve().parents[2]
 SEARCHED = ["r_inner", "beta", "beta_schedule", "eta", "epsilon", "wavefront", "headway", "init_scale"]

@@ -10,14 +10,13 @@ import pytest
 from optuna.trial import TrialState
 
 import recdiff.trial
+from recdiff.params import DiffusionParams
 from recdiff.trial import TrialResult
 from recdiff.tune.budget import Budget, confirmation_s, next_trial_s
-from recdiff.tune.choice import Measured
+from recdiff.tune.choice import Measured, since_gain
 from recdiff.tune.confirm import confirm
-from recdiff.tune.plan import compose
-from recdiff.params import DiffusionParams
-from recdiff.tune.choice import since_gain
 from recdiff.tune.design import steps
+from recdiff.tune.plan import compose
 from recdiff.tune.study import counted, measure_grid, measured, open_tuning, search
 
 
