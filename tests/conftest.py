@@ -47,7 +47,10 @@ def fixture_id(d: Path) -> str:
     return d.name
 
 
-@pytest.fixture(params=FIXTURE_DIRS, ids=fixture_id, scope="session")
+# the fast tier (make test-fast) runs the reference checkpoint's cases; its perturbed twin (the same code paths on
+# other weights) runs in the full suite
+@pytest.fixture(params=[pytest.param(d, marks=pytest.mark.slow) if d.name == "perturbed" else d for d in FIXTURE_DIRS],
+                ids=fixture_id, scope="session")
 def fixture_dir(request: pytest.FixtureRequest) -> Path:
     return request.param
 
@@ -77,6 +80,15 @@ def read_cases(d: Path) -> tuple[dict, list[dict]]:
     g = json.loads((d / "generate.json").read_text())
     prompts = json.loads((d / "prompts.json").read_text())
     return prompts, g["cases"]
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    # the tests of a file that share a module-scoped fixture (a compiled model, a sweep's output, the paper run, a
+    # server) form one xdist group: --dist loadgroup runs a group on one worker, so the fixture is built once
+    info = getattr(item, "_fixtureinfo", None)
+    if info is not None and any(d.scope in ("module", "class") for defs in info.name2fixturedefs.values()
+                                for d in defs):
+        item.add_marker(pytest.mark.xdist_group(item.path.stem))
 
 
 def pytest_collection_modifyitems(config, items):

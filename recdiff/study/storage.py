@@ -76,8 +76,12 @@ def new_token() -> str:
     return uuid.uuid4().hex
 
 
-def claim_token(trial: FrozenTrial) -> str | None:
-    return trial.system_attrs.get(CLAIM_ATTR)
+def claim_token(trial: optuna.trial.Trial | FrozenTrial) -> str | None:
+    """The token of the trial's claim (an asked ``Trial``, as the tune's search holds, keeps its attributes in the
+    storage only)."""
+    if isinstance(trial, FrozenTrial):
+        return trial.system_attrs.get(CLAIM_ATTR)
+    return storage_of(trial.study).get_trial_system_attrs(trial_id(trial)).get(CLAIM_ATTR)
 
 
 def _backend(storage: BaseStorage) -> BaseStorage:

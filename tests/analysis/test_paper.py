@@ -20,6 +20,8 @@ from analysis.claims import CLAIMS
 from analysis.paper import SWEEPS, load_paper
 from analysis.report import plan_figures
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -14,6 +14,7 @@ from recdiff.benchmarks.selfcheck import HOSTILE, HOSTILE_LIMITS, WRONG_COMPLETI
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="full isolation needs root (private uid)")
 
 
+@pytest.mark.slow
 def test_all_canonical_solutions_pass():
     bench = get_benchmark("humaneval")
     problems = bench.problems()

@@ -12,7 +12,8 @@ from recdiff.tools.evaluate_embedded import ASSET_DIR as EMBEDDED
 
 ASSET_DIR = EMBEDDED.parent / "embedded_arith"
 
-pytestmark = pytest.mark.skipif(not (ASSET_DIR / "model.safetensors").is_file(), reason="no shipped checkpoint")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not (ASSET_DIR / "model.safetensors").is_file(), reason="no shipped checkpoint")]
 
 # Measured on the shipped checkpoint (MODEL_CARD.md): static r=32 solves 0.375 of the first 200 held-out
 # problems and 13 of the first 32; r=1 solves 2 of them.  The bar below is well under that and far above chance

@@ -12,7 +12,8 @@ import recdiff.load as load
 from recdiff.benchmarks import checkpoint_task, compose, get_benchmark
 from recdiff.tools.evaluate_embedded import ASSET_DIR
 
-pytestmark = pytest.mark.skipif(not (ASSET_DIR / "model.safetensors").is_file(), reason="no shipped checkpoint")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not (ASSET_DIR / "model.safetensors").is_file(), reason="no shipped checkpoint")]
 
 # Measured on the shipped checkpoint (MODEL_CARD.md, 200 held-out problems, greedy): see the bars below, which sit
 # well inside those figures on the first N_SLICE problems; chance is 0.1 (one digit of ten).

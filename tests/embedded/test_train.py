@@ -10,6 +10,8 @@ from recdiff.benchmarks import arith, compose
 from recdiff.tools import train
 from recdiff.tools.train_data import LevelCurriculum
 
+pytestmark = pytest.mark.slow
+
 
 def test_poisson_lognormal_recurrence_draws():
     gen = torch.Generator().manual_seed(0)

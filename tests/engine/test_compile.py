@@ -20,6 +20,8 @@ from recdiff.engine.runner import set_compile
 from tests.conftest import RAVEN_TINY, need_fixtures
 from tests.matrices import ONE_PER_SAMPLER, QUICK, prompts
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def compiled_model():

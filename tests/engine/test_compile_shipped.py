@@ -5,12 +5,15 @@ slow)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from recdiff import load_model
 from recdiff.engine.pool import cache_length, get_runner
 from tests.conftest import RAVEN_TINY, need_fixtures
 from tests.matrices import prompts
+
+pytestmark = pytest.mark.slow
 
 
 def test_the_shipped_inductor_settings_give_the_eager_logits(load_fixture_model):

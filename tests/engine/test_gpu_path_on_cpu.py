@@ -4,11 +4,14 @@ float32 by test_compile.py; bf16 is the same code at another dtype, so it runs e
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from recdiff import generate, load_model
 from tests.conftest import RAVEN_TINY
 from tests.matrices import ONE_PER_SAMPLER, prompts
+
+pytestmark = pytest.mark.slow
 
 
 def test_graph_replay_protocol_on_cpu(load_fixture_model):

@@ -105,6 +105,7 @@ def test_an_inductor_option_this_torch_lacks_is_named_in_one_line(monkeypatch):
 SWEEP_STACK = ("hydra", "omegaconf", "optuna", "polars", "datasets", "matplotlib", "lm_eval", "analysis")
 
 
+@pytest.mark.slow
 def test_engine_samplers_and_bench_need_only_torch_numpy_safetensors():
     """A GPU box without a registry has torch, numpy and safetensors but not the sweep stack (docs/gpu.md): every
     sampler, the bench and the GPU tests' helpers import and run there. Checked in a process where importing any

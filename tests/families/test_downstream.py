@@ -18,6 +18,8 @@ from recdiff.tools.bench import read_bytes
 from tests.conftest import REPO
 from tests.families.conftest import SHIPPED
 
+pytestmark = pytest.mark.slow
+
 LLAMA, OLMO = SHIPPED / "llama_gqa2", SHIPPED / "olmo_mha"
 
 

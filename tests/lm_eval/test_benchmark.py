@@ -17,6 +17,8 @@ from recdiff.errors import RecdiffError
 from tests.lm_eval.conftest import write_jsonl
 from tests.sweep.conftest import compose_cfg, load, run_sweep
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def arith_file(tmp_path: Path) -> Path:

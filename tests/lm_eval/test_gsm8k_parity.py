@@ -13,6 +13,8 @@ from recdiff.benchmarks import get_benchmark
 from recdiff.benchmarks.gsm8k import SYSTEM_PROMPT
 from tests.lm_eval.conftest import GSM8K_ROWS
 
+pytestmark = pytest.mark.slow
+
 # one completion per document of GSM8K_ROWS, each at one of lm-eval's scoring quirks
 COMPLETIONS = [
     " 3*4=12 pens. 12+12=24. The answer is 24.",       # both filters right

@@ -28,6 +28,8 @@ from recdiff.benchmarks.gsm8k import flexible_extract, is_match, strict_extract
 from recdiff.errors import RecdiffError
 from tests.lm_eval.conftest import ARITH_MODEL, REPO, write_jsonl
 
+pytestmark = pytest.mark.slow
+
 UNTIL = ["Q:", "</s>", "<|im_end|>"]          # gsm8k_cot's generation_kwargs
 SAMPLER = dict(sampler="diffusion", r_inner=4, epsilon=0.03)
 
@@ -58,6 +60,7 @@ def greedy_answers(model, questions: list[str]) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 def test_command_line_scores_known_answers(tmp_path):
     model = recdiff.load_model(ARITH_MODEL)
     questions = [p.question for p in generate_split("test", 20)]

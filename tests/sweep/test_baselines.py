@@ -6,9 +6,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+import pytest
 from optuna.trial import TrialState
 
 from .conftest import load, requires_fixture, run_sweep
+
+pytestmark = pytest.mark.slow
 
 # The fixture checkpoint with a tiny slice; the baselines on (study.baselines defaults to true).
 ARGS = ["model=fixture", "benchmark=arith", "benchmark.limit=2", "run.max_new_tokens=8", "run.speed_samples=1",

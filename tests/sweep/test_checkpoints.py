@@ -12,6 +12,8 @@ from recdiff.trial import check_tokenizer
 
 from .conftest import EMBEDDED, FIXTURE, TINY, requires_fixture, run_sweep
 
+pytestmark = pytest.mark.slow
+
 
 @requires_fixture
 def test_a_checkpoint_without_tokenizer_on_a_text_benchmark_names_the_missing_file(tmp_path):

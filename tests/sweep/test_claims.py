@@ -163,6 +163,7 @@ def test_a_claim_whose_process_ended_on_this_machine_is_taken_over_at_once(tmp_p
     assert retry.state == TrialState.COMPLETE and retry.system_attrs["failed_trial"] == failed.number
 
 
+@pytest.mark.slow
 def test_a_claimant_is_gone_when_its_process_ended_or_its_id_was_reused():
     me = claimant.this_process()
     assert claimant.machine() is not None and me["started"] is not None

@@ -37,6 +37,7 @@ def main_run(tmp_path_factory):
     return tmp, info, proc
 
 
+@pytest.mark.slow
 @requires_fixture
 def test_main_command_records_four_complete_trials(main_run):
     tmp, info, proc = main_run
@@ -73,6 +74,7 @@ def test_main_command_records_four_complete_trials(main_run):
     assert proc.stderr.count("COMPLETE accuracy=") + proc.stdout.count("COMPLETE accuracy=") == 4
 
 
+@pytest.mark.slow
 @requires_fixture
 def test_rerun_skips_identical_configurations(main_run):
     tmp, info, _ = main_run
@@ -81,6 +83,7 @@ def test_rerun_skips_identical_configurations(main_run):
     assert len(load(info["storage"], info["study_name"]).get_trials()) == 4
 
 
+@pytest.mark.slow
 @requires_fixture
 def test_failing_trials_are_fail_and_the_sweep_continues(tmp_path):
     # an error, running out of memory, a hang ended by the timeout, an invalid combination at runtime, and one good
@@ -139,6 +142,7 @@ def test_ctrl_c_and_sigterm_fail_the_running_trial_requeue_it_and_exit_130(tmp_p
     assert trials[2].system_attrs["retry_history"] == [0, 1]
 
 
+@pytest.mark.slow
 @requires_fixture
 def test_killed_worker_leaves_no_running_trial(tmp_path):
     """SIGKILL a searched-study worker mid-trial; the next worker on this machine fails it at once (its process is
@@ -185,6 +189,8 @@ def config_options() -> list[list[str]]:
     for group in ("model", "benchmark", "study", "experiment"):
         for f in sorted((CONF / group).glob("*.yaml")):
             cases.append([f"{group}={f.stem}"])
+    # study=tune leaves study.name to the tune command, which derives it from the model, slice, device and batch
+    cases[cases.index(["study=tune"])].append("study.name=tune-check")
     for f in sorted((REPO / "sweeps").glob("*.yaml")):
         cases.append([f"sweeps={f.stem}"])
     for f in sorted((CONF / "hydra" / "launcher").glob("*.yaml")):
@@ -207,6 +213,7 @@ def test_every_config_file_composes(overrides):
         assert resolved["study"]["name"].startswith(overrides[0].split("=")[1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, expect", [
     (["--info"], "Installed Hydra Plugins"),
     (["--info", "defaults", "sampler=static"], "sampler/static"),
@@ -229,6 +236,7 @@ def test_paper_defaults():
     assert compose_cfg().model.name == "embedded" and compose_cfg().benchmark.name == "compose"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("override, message", [
     ("sampler.r_innr=4", "error: unknown config key 'sampler.r_innr' (did you mean 'r_inner'?)"),
     ("sampler.r_inner=four", "error: sampler.r_inner: Value 'four' of type 'str' could not be converted to Integer"),
@@ -258,6 +266,7 @@ def dashboard_executable() -> str:
     return str(beside) if beside.exists() else "optuna-dashboard"
 
 
+@pytest.mark.slow
 def test_dashboard_is_found_without_path(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     proc = subprocess.run([dashboard_executable(), "--version"], capture_output=True, text=True, timeout=120)
@@ -300,6 +309,7 @@ def get_json(url: str):
         return json.loads(r.read())
 
 
+@pytest.mark.slow
 @requires_fixture
 def test_dashboard_serves_named_objectives_and_artifacts(dashboard):
     import urllib.request
@@ -318,6 +328,7 @@ def test_dashboard_serves_named_objectives_and_artifacts(dashboard):
         assert r.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 @requires_fixture
 def test_dashboard_renders_in_headless_chromium(dashboard, tmp_path):
     import shutil
@@ -349,6 +360,7 @@ def test_dashboard_renders_in_headless_chromium(dashboard, tmp_path):
     assert colors > 20
 
 
+@pytest.mark.slow
 @requires_fixture
 def test_analysis_report_on_the_main_command_study(main_run, tmp_path):
     """issue 7: `python -m analysis report <sweep dir>` on the study the main command produced."""
@@ -367,6 +379,7 @@ def test_analysis_report_on_the_main_command_study(main_run, tmp_path):
     assert progress and progress[0].startswith("[1/")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (EMBEDDED / "model.safetensors").exists(), reason="embedded model not shipped")
 def test_max_new_tokens_beyond_the_context_is_an_upper_limit(tmp_path):
     """The default run.max_new_tokens (256) exceeds the embedded model's room after a prompt: still COMPLETE."""

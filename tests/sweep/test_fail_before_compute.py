@@ -26,6 +26,7 @@ def recorded(storage: Path) -> int:
     return sum(len(optuna.load_study(study_name=n, storage=s).trials) for n in optuna.get_all_study_names(s))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides, message", [
     # the sampler's own rules, as recdiff.generate applies them (r_inner > r used to become a PRUNED trial)
     (["sampler.r_inner=64"], "error: diffusion sampler: r_inner=64 exceeds r=32"),
@@ -56,6 +57,7 @@ def test_a_configuration_error_is_one_line_and_records_nothing(tmp_path, overrid
     assert not (tmp_path / "run" / "result.json").exists()
 
 
+@pytest.mark.slow
 @requires_fixture
 def test_a_sweep_that_completes_no_trial_exits_non_zero(tmp_path):
     args = [*TINY, "sampler=static", "sampler.r=1", "study.name=failing", f"study.storage={tmp_path}/j.log",

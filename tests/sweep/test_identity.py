@@ -71,6 +71,7 @@ def test_a_run_measured_otherwise_is_refused_naming_the_keys(tmp_path, monkeypat
         rs.check_identity(study, ident("benchmark.limit=32"))
 
 
+@pytest.mark.slow
 @requires_fixture
 def test_a_sweep_with_another_benchmark_slice_is_refused_and_records_nothing(tmp_path):
     args = [*TINY, "sampler=static", "sampler.r=1", "study.name=slice", f"study.storage={tmp_path}/j.log",
@@ -89,6 +90,7 @@ def test_a_sweep_with_another_benchmark_slice_is_refused_and_records_nothing(tmp
     assert json.loads((tmp_path / "run" / "result.json").read_text())["user_attrs"]["identity"] == identity
 
 
+@pytest.mark.slow
 @requires_fixture
 def test_other_weights_under_the_same_path_are_refused(tmp_path):
     model = tmp_path / "model"

@@ -13,6 +13,8 @@ import pytest
 
 from .conftest import REPO
 
+pytestmark = pytest.mark.slow
+
 CALLBACK = """
 import os, signal, sys, time, weakref
 from recdiff.study.interrupt import interrupt_on_sigterm

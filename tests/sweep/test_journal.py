@@ -71,6 +71,7 @@ def test_a_complete_last_record_missing_its_newline_is_kept(tmp_path):
     assert [t.value for t in plain_optuna(path).trials] == [1.0, 2.0, 3.0]
 
 
+@pytest.mark.slow
 @requires_fixture
 def test_damage_is_one_line_naming_the_file_and_the_line(tmp_path):
     path = tmp_path / "journal.log"
@@ -104,6 +105,7 @@ def test_a_line_that_is_no_record_is_named_too(tmp_path):
         open_storage(str(path))
 
 
+@pytest.mark.slow
 def test_repair_backs_up_and_drops_only_incomplete_records(tmp_path):
     path = tmp_path / "journal.log"
     glued_journal(path)

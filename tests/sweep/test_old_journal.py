@@ -29,7 +29,8 @@ JOURNAL = Path(__file__).parent / "data" / "journal-b3d7e8b.log"
 ARGS = ["benchmark.limit=2", "run.max_new_tokens=4", "run.speed_samples=1", "run.warmup=0", "run.threads=1",
         "run.progress=false"]
 
-pytestmark = pytest.mark.skipif(not (EMBEDDED / "model.safetensors").exists(), reason="embedded model not shipped")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not (EMBEDDED / "model.safetensors").exists(), reason="embedded model not shipped")]
 
 
 @pytest.fixture

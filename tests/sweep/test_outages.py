@@ -17,6 +17,8 @@ from .conftest import TINY, exactly_once, load, requires_fixture, run_sweep
 from .faults import fault_args, fill_disk
 from .postgres import Postgres
 
+pytestmark = pytest.mark.slow
+
 GRID = ["-m", "sampler=static", *TINY, "study.reuse=false", "study.heartbeat_interval=1"]
 
 

@@ -16,6 +16,8 @@ from recdiff.study.identity import config_hash, conflict, identity_from_config, 
 from .conftest import TINY, compose_plan, load, requires_fixture, run_sweep
 from .faults import fault_args
 
+pytestmark = pytest.mark.slow
+
 
 def ident(*overrides: str) -> dict:
     return identity_from_config(compose_plan(list(overrides)).as_dict(), weights="w", dtype="float32")

@@ -10,6 +10,8 @@ from optuna.trial import TrialState
 
 from .conftest import TINY, load, popen_sweep, requires_fixture, run_sweep
 
+pytestmark = pytest.mark.slow
+
 
 def search_args(tmp: Path, storage: str, name: str, n_trials: int) -> list[str]:
     return ["study=search", f"study.name={name}", f"study.storage={storage}", f"study.artifact_dir={tmp}/artifacts",

@@ -16,6 +16,8 @@ from recdiff.study.resources import cores, local_workers, thread_budget
 from .conftest import TINY, exactly_once, load, requires_fixture, run_sweep
 from .faults import fault_args
 
+pytestmark = pytest.mark.slow
+
 JOBLIB = ["hydra/launcher=joblib"]
 
 

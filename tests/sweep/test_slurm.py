@@ -18,6 +18,8 @@ from optuna.trial import TrialState
 from .conftest import REPO, load, popen_sweep, run_sweep
 from .slurm_cluster import Cluster, ensure_installed, unavailable
 
+pytestmark = pytest.mark.slow
+
 needs_root = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
 
 # the cluster's one node: 1 CPU, 1 GB and no GPU per job (a real cluster: README, "SLURM")

@@ -19,6 +19,8 @@ from recdiff.tools.soak.verdict import MEASURED, grid_points
 from .conftest import REPO, load
 from .test_scale import exactly_once
 
+pytestmark = pytest.mark.slow
+
 BUDGET_S = 180   # the CI machine: 2 cores
 
 

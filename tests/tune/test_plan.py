@@ -63,6 +63,7 @@ def test_bad_input_is_one_line(argv, message):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arg, line", [
     ("sampler.r_innr=2", "error: unknown config key 'sampler.r_innr' (did you mean 'r_inner'?)"),
     ("tune.time_budget=600", "error: unknown config key 'tune.time_budget' (did you mean 'time_budget_s'?)"),

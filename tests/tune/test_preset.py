@@ -94,6 +94,7 @@ def test_a_bad_knob_is_one_line(tmp_path, line, message):
     assert "\n" not in str(err.value) and str(path) in str(err.value)
 
 
+@pytest.mark.slow
 def test_sweep_refuses_a_preset_with_an_unknown_knob_in_one_line_with_exit_2():
     tuned_dir = REPO / "conf" / "sampler" / "tuned"
     path = tuned_dir / "test-unknown-knob.yaml"
@@ -131,6 +132,7 @@ def test_load_preset_with_a_model_warns_when_it_runs_elsewhere(tmp_path):
         load_preset(elsewhere, model=model)
 
 
+@pytest.mark.slow
 @requires_fixture
 def test_a_sweep_with_a_preset_tuned_elsewhere_warns_in_one_line(tmp_path):
     from tests.sweep.conftest import TINY, run_sweep

@@ -18,6 +18,8 @@ from optuna.trial import TrialState
 from recdiff.study import HEARTBEAT_ATTR, open_storage
 from recdiff.tune import read_preset
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 STUDY = "tune-embedded-compose-cpu-b1"
 TINY = ["run.batch_size=1", "run.threads=1", "benchmark.limit=2", "tune.holdout_limit=2", "run.speed_samples=1",
