@@ -192,6 +192,8 @@ def compose(argv: list[str]) -> TunePlan:
     device = resolve_device(str(cfg.model.device))
     with open_dict(cfg):
         batch = cfg.run.batch_size or default_batch_size(device)
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:  # named as the user gave it
+            raise RecdiffError(f"run.batch_size={batch} must be an integer >= 1 (the batch size the tune answers for)")
         cfg.run.timing_batch = batch       # the speed of the question: batch-1 tokens/s, or a batch's throughput
         # accuracy does not depend on the batch (docs/speed.md): the accuracy pass decodes side by side regardless
         cfg.run.batch_size = max(batch, default_batch_size(device))

@@ -56,6 +56,7 @@ def test_the_derived_plans():
     (["study=grid"], "study.mode=grid: the tune is a search"),
     (["tune.holdout_offset=100"], "the held-out slice overlaps the searched one"),
     (["tune.name=a/b"], "tune.name='a/b'"),
+    (["run.batch_size=-1"], "run.batch_size=-1 must be an integer >= 1"),
 ])
 def test_bad_input_is_one_line(argv, message):
     with pytest.raises(RecdiffError, match=message.replace("(", r"\(").replace(")", r"\)")) as err:
