@@ -14,13 +14,14 @@ from tests.matrices import ONE_PER_SAMPLER, prompts
 pytestmark = pytest.mark.slow
 
 
-def test_graph_replay_protocol_on_cpu(load_fixture_model):
+def test_graph_replay_protocol_on_cpu(load_fixture_model, d=RAVEN_TINY):
     """``emulate_graphs`` runs the CUDA-graph path (whole steps replayed from static buffers whose outputs the next
-    replay overwrites) on a CPU: the tokens are the eager ones."""
-    eager = load_fixture_model(RAVEN_TINY)
-    graphed = load_model(RAVEN_TINY)
+    replay overwrites) on a CPU: the tokens are the eager ones (``d``: another checkpoint, as the families' tests
+    run it)."""
+    eager = load_fixture_model(d)
+    graphed = load_model(d)
     graphed.engine_options["emulate_graphs"] = True
-    ps = prompts(RAVEN_TINY)
+    ps = prompts(d)
     for sampler, params in ONE_PER_SAMPLER:
         want = [generate(eager, p, sampler, max_new_tokens=10, stop_token_ids=[], **params).tokens for p in ps]
         got = generate(graphed, ps, sampler, max_new_tokens=10, stop_token_ids=[], batch_size=3, **params)

@@ -11,13 +11,13 @@ import json
 
 import pytest
 
-from recdiff import generate, load_model
+from recdiff import generate
 from recdiff.cache import SlotKV
 from tests.core import test_sampling as reductions
 from tests.engine import test_batching as batching
 from tests.engine import test_gpu_path_on_cpu as graphs
 from tests.families.conftest import one_per_family
-from tests.matrices import EVERY_SAMPLER, ONE_PER_SAMPLER, ids, prompts
+from tests.matrices import EVERY_SAMPLER, ids
 
 
 @pytest.fixture
@@ -35,14 +35,7 @@ def test_graph_replay_alone_gives_the_eager_tokens(d, load_fixture_model):
 
 
 def test_graph_replay_batched_gives_the_eager_tokens(d, load_fixture_model):
-    eager = load_fixture_model(d)
-    graphed = load_model(d)
-    graphed.engine_options["emulate_graphs"] = True
-    ps = prompts(d)
-    for sampler, params in ONE_PER_SAMPLER:
-        want = [generate(eager, p, sampler, max_new_tokens=10, stop_token_ids=[], **params).tokens for p in ps]
-        got = generate(graphed, ps, sampler, max_new_tokens=10, stop_token_ids=[], batch_size=3, **params)
-        assert [r.tokens for r in got] == want, sampler
+    graphs.test_graph_replay_protocol_on_cpu(load_fixture_model, d)
 
 
 def test_fixed_freeze_with_r_inner_equal_r_is_static_ar(d, load_fixture_model):
