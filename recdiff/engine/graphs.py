@@ -2,8 +2,13 @@
 
 A replay runs a step's kernels without Python, which removes the per-kernel launch cost that dominates batch-1
 decoding on a GPU. A graph reads its inputs from static buffers (copied in before each replay) and its outputs are
-its own tensors, overwritten by the next replay. :class:`EmulatedGraph` keeps that protocol without CUDA (outputs in
-fixed tensors that the next call overwrites), so a caller that keeps an output too long is caught on a CPU too.
+its own tensors. A runner's graphs share one memory pool: a graph's intermediates are freed at the end of its
+capture, and a graph captured later may place its outputs there, so replaying a graph overwrites its own outputs and
+may overwrite those of every graph captured after it (a graph's outputs are valid until the runner's next replay).
+Without the shared pool each graph kept its own intermediates for life, logits among them: one pool per step shape
+(wavefront width × key count) took gigabytes at batch 32. :class:`EmulatedGraph` keeps that protocol without CUDA
+(each replay overwrites its own outputs and poisons those of the graphs captured after it), so a caller that keeps
+an output too long is caught on a CPU too.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ class Graphs:
 
     def __init__(self, emulate: bool, wrap: Callable[[Callable[..., Any]], Callable[..., Any]],
                  keeps: Callable[[Tensor], bool] = lambda t: False) -> None:
-        self.cls = EmulatedGraph if emulate else Graphed
-        self.wrap, self.keeps = wrap, keeps
+        self.emulate, self.wrap, self.keeps = emulate, wrap, keeps
         self.captured: dict[tuple, Graphed | EmulatedGraph] = {}
+        self.order: list[Graphed | EmulatedGraph] = []  # in capture order (what a replay may overwrite: the later)
+        self.pool: Any = None  # the CUDA memory pool every graph of this runner is captured into
 
     def run(self, name: str, fn: Callable[..., Any], inputs: tuple[Tensor, ...], fixed: int = 0) -> Any:
         """``fn(*inputs)``, replayed from the graph captured for these input shapes and ``name`` (which must name
@@ -33,15 +39,23 @@ class Graphs:
         g = self.captured.get(key)
         if g is None:
             check_held(fn, self.keeps, name)
-            g = self.captured[key] = self.cls(self.wrap(fn), inputs, fixed)
+            if self.emulate:
+                g = EmulatedGraph(self.wrap(fn), inputs, fixed, later=self.order)
+            else:
+                if self.pool is None:
+                    self.pool = torch.cuda.graph_pool_handle()
+                g = Graphed(self.wrap(fn), inputs, fixed, self.pool)
+            self.captured[key] = g
+            self.order.append(g)
         return g(*inputs)
 
 
 class Graphed:
     """A captured CUDA graph with static input buffers (the first ``fixed`` are the caller's own: used as they are);
-    outputs are the graph's own tensors (copy to keep)."""
+    outputs are the graph's own tensors (copy to keep). ``pool``: a memory pool shared with other graphs (the module's
+    docstring says what that asks of a caller)."""
 
-    def __init__(self, fn: Callable[..., Any], inputs: tuple[Tensor, ...], fixed: int = 0) -> None:
+    def __init__(self, fn: Callable[..., Any], inputs: tuple[Tensor, ...], fixed: int = 0, pool: Any = None) -> None:
         self.fixed = fixed
         self.inputs = [*inputs[:fixed], *(t.clone() for t in inputs[fixed:])]
         stream = torch.cuda.Stream()
@@ -51,7 +65,7 @@ class Graphed:
             fn(*(t.clone() for t in inputs[:fixed]), *self.inputs[fixed:])
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        with torch.cuda.graph(self.graph, pool=pool):
             self.outputs = fn(*self.inputs)
 
     def __call__(self, *inputs: Tensor) -> Any:
@@ -64,23 +78,37 @@ class Graphed:
 
 class EmulatedGraph:
     """The CUDA-graph protocol without CUDA: static input buffers, and outputs that live in fixed tensors which
-    the next replay overwrites (so code that keeps an output past the next step is caught on a CPU too)."""
+    the next replay overwrites; a replay also poisons the outputs of every graph captured after it (``later``: the
+    runner's graphs in capture order, this one appended next), as a shared pool may place them in this graph's
+    intermediates. So code that keeps an output past the runner's next replay is caught on a CPU too."""
 
-    def __init__(self, fn: Callable[..., Any], inputs: tuple[Tensor, ...], fixed: int = 0) -> None:
+    def __init__(self, fn: Callable[..., Any], inputs: tuple[Tensor, ...], fixed: int = 0,
+                 later: list[EmulatedGraph] | None = None) -> None:
         self.fn, self.fixed = fn, fixed
         self.inputs = [*inputs[:fixed], *(t.clone() for t in inputs[fixed:])]
         self.outputs: Any = None
+        self.order, self.index = later, len(later) if later is not None else 0
 
     def __call__(self, *inputs: Tensor) -> Any:
         check_fixed(self.inputs, inputs, self.fixed)
         for buf, t in zip(self.inputs[self.fixed :], inputs[self.fixed :]):
             buf.copy_(t)
+        for g in (self.order or [])[self.index + 1 :]:
+            if g.outputs is not None:
+                tree_map(poison, g.outputs)
         out = self.fn(*self.inputs)
         if self.outputs is None:
             self.outputs = tree_map(lambda t: t.clone(), out)
         else:
             tree_map(lambda o, t: o.copy_(t), self.outputs, out)
         return self.outputs
+
+
+def poison(t: Tensor) -> Tensor:
+    """Overwrite ``t`` with values no step computes: NaN for floats, the most negative value for integers (an index
+    that fails where it is used)."""
+    return t.fill_(float("nan") if t.is_floating_point() else torch.iinfo(t.dtype).min if t.dtype != torch.bool
+                   else True)
 
 
 def check_held(fn: Callable[..., Any], keeps: Callable[[Tensor], bool], name: str) -> None:

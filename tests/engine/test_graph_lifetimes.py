@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from recdiff import generate, load_model
-from recdiff.engine.graphs import check_held
+from recdiff.engine.graphs import Graphs, check_held
 
 
 def test_a_tensor_the_graph_does_not_keep_is_refused_at_capture() -> None:
@@ -34,3 +34,22 @@ def test_every_sampler_captures_only_what_its_runner_keeps(fixture_dir) -> None:
     # the checks ran: both diffusion configurations captured their step graphs on the one kept runner
     captured = [key[0] for run in model.__dict__["_runners"].values() for key in run.graphs.captured]
     assert sum(name.startswith("diffusion-") for name in captured) >= 2, captured
+
+
+def test_a_replay_poisons_the_outputs_of_graphs_captured_after_it() -> None:
+    """A runner's graphs share one memory pool (recdiff/engine/graphs.py): a graph captured later may hold its outputs
+    where an earlier graph keeps its intermediates. The emulation makes that worst case happen: replaying a graph
+    overwrites the outputs of every graph captured after it, never those of one captured before."""
+    graphs = Graphs(emulate=True, wrap=lambda fn: fn)
+    x = torch.ones(2)
+    first = graphs.run("first", lambda x: (x * 2, (x > 0).long()), (x,))
+    second = graphs.run("second", lambda x: (x * 3,), (x,))
+    assert first[0].tolist() == [2.0, 2.0] and second[0].tolist() == [3.0, 3.0]
+    graphs.run("second", lambda x: (x * 3,), (x + 1,))
+    assert first[0].tolist() == [2.0, 2.0] and first[1].tolist() == [1, 1]  # captured before: kept
+    graphs.run("first", lambda x: (x * 2, (x > 0).long()), (x,))
+    assert torch.isnan(second[0]).all()  # captured after: poisoned
+    assert first[0].tolist() == [2.0, 2.0]
+    ints = graphs.run("third", lambda x: (x.long(),), (x,))
+    graphs.run("second", lambda x: (x * 3,), (x,))
+    assert ints[0].tolist() == [torch.iinfo(torch.long).min] * 2
