@@ -141,13 +141,16 @@ class RecurrentDepthModel(nn.Module):
             cache.depth.index_put_((call.b_idx, call.pos), new)
         return x
 
-    def decode(self, state: Tensor, call: Call | None = None, cache: SlotKV | None = None) -> Tensor:
-        """C: raw states → float32 logits ``(B, T, V)``."""
+    def decode(self, state: Tensor, call: Call | None = None, cache: SlotKV | None = None,
+               float32: bool = True) -> Tensor:
+        """C: raw states → float32 logits ``(B, T, V)`` (``float32=False``: in the model's dtype, which converts to
+        float32 exactly; what a buffer of many rows' logits holds at half the memory)."""
         freqs = self._freqs(state.shape[1], call)
         x = self.transformer.ln_f(state) if self.ln_f_on_state else state
         for i, block in enumerate(self.transformer.coda):
             x = block(x, freqs, None if call is None else (cache, call, cache.coda_slot(i), 0))
-        return self.lm_head(self.transformer.ln_f(x)).float()
+        logits = self.lm_head(self.transformer.ln_f(x))
+        return logits.float() if float32 else logits
 
     # ---------------------------------------------------------------------------------------------- full passes
     def forward(self, ids: Tensor, r: int, init_scale: float = 0.0,

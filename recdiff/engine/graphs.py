@@ -126,9 +126,14 @@ def check_held(fn: Callable[..., Any], keeps: Callable[[Tensor], bool], name: st
 
 
 def check_fixed(captured: list[Tensor], inputs: tuple[Tensor, ...], fixed: int) -> None:
-    """A graph's fixed inputs must be the very buffers it was captured with (it reads and writes their memory)."""
-    if any(a is not b for a, b in zip(captured[:fixed], inputs)):
+    """A graph's fixed inputs must be the memory it was captured with (it reads and writes them there): the same
+    buffers, or the same views of them (a later batch's view of a runner's buffer is another tensor object)."""
+    if any(a is not b and _where(a) != _where(b) for a, b in zip(captured[:fixed], inputs)):
         raise RuntimeError("a graph's fixed inputs must be the buffers it was captured with")
+
+
+def _where(t: Tensor) -> tuple:
+    return t.data_ptr(), t.shape, t.stride(), t.dtype, t.device
 
 
 def tree_map(fn: Callable[..., Tensor], tree: Any, *others: Any) -> Any:

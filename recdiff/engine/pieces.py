@@ -83,6 +83,12 @@ def decode_piece(model: RecurrentDepthModel, run: Runner, args: tuple[Tensor, ..
     return (model.decode(z, _call(run, pos, keys, write, *rows), run.cache),)
 
 
+def raw_decode_piece(model: RecurrentDepthModel, run: Runner, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    """:func:`decode_piece` with logits in the model's dtype (:meth:`RecurrentDepthModel.decode`'s ``float32``)."""
+    z, pos, keys, write, *rows = args
+    return (model.decode(z, _call(run, pos, keys, write, *rows), run.cache, float32=False),)
+
+
 def core_piece(n: int, per_step: bool) -> Piece:
     """``n`` recurrences with no decision between them."""
 

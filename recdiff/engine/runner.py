@@ -32,7 +32,15 @@ from torch import Tensor
 from recdiff import fused
 from recdiff.cache import SlotKV
 from recdiff.engine.graphs import Graphs
-from recdiff.engine.pieces import core_piece, decode_piece, embed_piece, exit_piece, own_calls, window_piece
+from recdiff.engine.pieces import (
+    core_piece,
+    decode_piece,
+    embed_piece,
+    exit_piece,
+    own_calls,
+    raw_decode_piece,
+    window_piece,
+)
 from recdiff.engine.program import Programs, internals
 from recdiff.model import RecurrentDepthModel
 
@@ -182,8 +190,10 @@ class Runner:
         return self.run(f"window-eta{eta!r}", window_piece(eta), args)  # type: ignore[return-value]
 
     def decode(self, z: Tensor, pos: Tensor, keys: int, rows: Tensor | None = None,
-               write: Tensor | None = None) -> Tensor:
+               write: Tensor | None = None, float32: bool = True) -> Tensor:
         pkw, rows_arg = self._tail(pos, keys, write, rows)
+        if not float32:
+            return self.run(f"decode-raw{len(rows_arg)}", raw_decode_piece, (z, *pkw, *rows_arg))[0]
         return self.run(f"decode{len(rows_arg)}", decode_piece, (z, *pkw, *rows_arg))[0]
 
     def _step_arg(self, step: int) -> tuple[Any, ...]:

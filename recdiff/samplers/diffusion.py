@@ -128,6 +128,17 @@ class DiffusionBatch:
         self.rows = torch.arange(self.window + 1, device=dev)
         self._grown_rows: dict[int, Tensor] = {}  # T → advance's rows_g (0 … Tg-1)
         self._window_views: dict[int, tuple[Tensor, ...]] = {}  # T → (one slot) the window buffers' first T rows
+        # under graphs a step's model call writes its states, embeddings (η > 0) and logits (in the model's dtype)
+        # into these, and advance's graph reads them where they are. As graph outputs they were each graph's own (one
+        # set per step shape, kept for the graph's life) and advance's graph copied them into its input buffers: at
+        # batch 32 and W = 128 a set of logits alone is gigabytes
+        self._outputs: tuple[Tensor, ...] = ()
+        if run.cuda_graphs:
+            V = self.m.config.padded_vocab_size
+            self._outputs = (run.buffer("diffusion-z-out", (B, self.window, E), run.dtype),
+                             *([run.buffer("diffusion-e-out", (B, self.window, E), run.dtype)] if p["eta"] > 0 else []),
+                             run.buffer("diffusion-logits", (B, self.window, V), run.dtype))
+        self._output_views: dict[int, tuple[Tensor, ...]] = {}  # T → the outputs' first T rows (the same views)
         # the pointers a step hands in (PTR), packed into the memory of one host tensor (struct is cheaper than a
         # NumPy assignment from a list; building a tensor from a list would cost a compiled batch-1 step more than
         # its advance kernel); on a GPU, copied into a device buffer
@@ -280,17 +291,29 @@ class DiffusionBatch:
         run, rule = self.runner, self.rule
         rows = run.row_grid(T)  # the runner's: a graph that reads it outlives this batch
         inputs = (self.seq, ptr, *self._first_rows(T), *mix)
-        if run.cuda_graphs:
-            z, e, logits = run.graphed(f"diffusion-{self.tag}-k{keys}", functools.partial(self._model_call, keys, rows),
-                                       *inputs, fixed=1)  # seq: read where it is
-        else:
+        if not run.cuda_graphs:
             z, e, logits = self._model_call(keys, rows, *inputs)
-        return z, e if rule.eta > 0 else None, logits
+            return z, e if rule.eta > 0 else None, logits
+        outs = self._output_views.get(T)
+        if outs is None:
+            outs = self._output_views[T] = tuple(t[:, :T] for t in self._outputs)
+        run.graphed(f"diffusion-{self.tag}-k{keys}", functools.partial(self._model_call_into, keys, rows),
+                    *outs, *inputs, fixed=len(outs) + 1)  # writes outs; seq: read where it is
+        return outs[0], outs[1] if rule.eta > 0 else None, outs[-1]
 
-    def _model_call(self, keys: int, rows: Tensor, seq: Tensor, ptr: Tensor, z: Tensor, *rest: Tensor
-                    ) -> tuple[Tensor, ...]:
+    def _model_call_into(self, keys: int, rows: Tensor, *args: Tensor) -> tuple[Tensor, ...]:
+        """:meth:`_model_call` under graphs, written into the first arguments (the step's views of ``_outputs``)."""
+        n = len(self._outputs)
+        z, e, logits = self._model_call(keys, rows, *args[n:], float32=False)
+        for out, t in zip(args[:n], (z, *([e] if self.rule.eta > 0 else []), logits)):
+            out.copy_(t)
+        return ()
+
+    def _model_call(self, keys: int, rows: Tensor, seq: Tensor, ptr: Tensor, z: Tensor, *rest: Tensor,
+                    float32: bool = True) -> tuple[Tensor, ...]:
         """The model's part of a step: noise, P with momentum, r' recurrences, C (:meth:`_model_step`'s inputs: the
-        step's rows of the window's states, momentum term and ages, then the noise)."""
+        step's rows of the window's states, momentum term and ages, then the noise; ``float32``: the logits' dtype,
+        :meth:`~recdiff.model.RecurrentDepthModel.decode`)."""
         run, rule, eta = self.runner, self.rule, self.rule.eta
         e_prev, rest = (rest[0], rest[1:]) if eta > 0 else (None, rest)
         # the noise: a few operations, eagerly also on the compile path (a program's call costs more than they do)
@@ -299,7 +322,7 @@ class DiffusionBatch:
         # e ← η·e_prev + (1 − η)·P(y) (the window holds η·e_prev), inside P's call
         e, pos = run.embed_window(rows, seq, ptr, keys, None if e_prev is None else (eta, e_prev))
         z = run.cores(z, e, pos, keys, self.r_inner)
-        return z, e, run.decode(z, pos, keys)
+        return z, e, run.decode(z, pos, keys, float32=float32)
 
     def _first_rows(self, T: int) -> tuple[Tensor, ...]:
         """The first ``T`` rows (dimension 1) of each window buffer the model call takes, dense: for one slot views
@@ -330,10 +353,14 @@ class DiffusionBatch:
             return run.run(name, after, args, SMALL, (extra[-1].shape[1] == 1,) if self.rule.noise else (),
                            self._advance_static)
 
-        def advance_step(*args: Tensor) -> tuple[Tensor, ...]:
-            return run.run(name, after, args, SMALL)
+        # the state and the model call's outputs (its buffers' views for this T) are read and written where they are
+        n, k = len(self.names), len(self._outputs)
+        outs = (z, *([e] if e is not None else []), logits)
 
-        return run.graphed(name, advance_step, *args, model=False, fixed=len(self.names))  # writes the state
+        def advance_step(*args: Tensor) -> tuple[Tensor, ...]:
+            return run.run(name, after, (*args[:n], args[n + k], *args[n : n + k], *args[n + k + 1 :]), SMALL)
+
+        return run.graphed(name, advance_step, *self._state, *outs, ptr, rows_g, *extra, model=False, fixed=n + k)
 
     def capture_graphs(self, shortest: int, longest: int) -> None:
         """Under CUDA graphs, capture now every step graph that sequences of ``shortest`` to ``longest`` positions
