@@ -20,7 +20,7 @@ def _tensors(obj) -> list[torch.Tensor]:
     for v in vars(obj).values():
         if isinstance(v, torch.Tensor):
             found.append(v)
-        elif isinstance(v, list):
+        elif isinstance(v, (list, tuple)):
             found += [t for t in v if isinstance(t, torch.Tensor)]
     return found
 
@@ -30,10 +30,13 @@ def meta_huginn() -> RecurrentDepthModel:
         return RecurrentDepthModel(RecurrentConfig(**SHAPES["huginn"])).to(torch.bfloat16)
 
 
-def predicted_bytes(model: RecurrentDepthModel, sampler: str, params: dict, slots: int, longest: int
-                    ) -> tuple[int, int, int, object]:
+def predicted_bytes(model: RecurrentDepthModel, sampler: str, params: dict, slots: int, longest: int,
+                    graphs: bool = True) -> tuple[int, int, int, object]:
     """(weights, KV cache, batch state, the batch) of a batched run of a meta-device ``model`` (no memory is used):
-    the buffers the sampler's batch allocates. tests/gpu/test_huginn.py holds a real run on a GPU to it."""
+    the buffers the sampler's batch allocates, with CUDA graphs (``graphs``: as a GPU runs it, where the diffusion
+    sampler's model call writes into buffers of the whole window). tests/gpu/test_huginn.py holds a real run on a GPU
+    to it."""
+    model.engine_options = {**model.engine_options, "emulate_graphs": graphs}
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     opts = Options(model=model, select=Selector(0.0, 1.0), stop=StopCondition(None, None, None), slots=slots,
                    longest=longest)
