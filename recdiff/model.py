@@ -38,7 +38,7 @@ class RecurrentDepthModel(nn.Module):
         Block = family.block
         self.transformer = nn.ModuleDict(
             dict(
-                wte=nn.Embedding(c.padded_vocab_size, c.n_embd),
+                wte=embedding(c.padded_vocab_size, c.n_embd),
                 prelude=nn.ModuleList(Block(c) for _ in range(c.n_layers_in_prelude)),
                 adapter=nn.Linear(2 * c.n_embd, c.n_embd, bias=c.bias),
                 core_block=nn.ModuleList(Block(c) for _ in range(c.n_layers_in_recurrent_block)),
@@ -50,8 +50,11 @@ class RecurrentDepthModel(nn.Module):
         if c.tie_embeddings:
             self.lm_head.weight = self.transformer.wte.weight
         self.ln_f_on_state = family.ln_f_on_state
-        table = family.table(c, c.block_size) if rope else torch.zeros(1, 0, 1, c.head_dim // 2, 2)
-        self.register_buffer("freqs_cis", table, persistent=False)
+        here = torch.empty(0).device  # the enclosing ``with torch.device(...)``'s, else the CPU
+        with torch.device("cpu"):  # as recdiff.load_model computes it (and on meta, a table's arange would import
+            # torch._dynamo: about 3 s of every process's start-up)
+            table = family.table(c, c.block_size) if rope else torch.zeros(1, 0, 1, c.head_dim // 2, 2)
+        self.register_buffer("freqs_cis", table.to(here), persistent=False)
         self.tokenizer = None  # set by recdiff.load_model when the checkpoint folder has one
         self.engine_options: dict = {}  # set by recdiff.load_model(compile=...): how the engine runs this model
 
@@ -180,6 +183,14 @@ class RecurrentDepthModel(nn.Module):
     @property
     def device(self) -> torch.device:
         return self.freqs_cis.device
+
+
+def embedding(num: int, dim: int) -> nn.Embedding:
+    """``nn.Embedding(num, dim)``; on the meta device (a checkpoint's skeleton, before its weights load) without the
+    default normal draw, which on meta tensors imports ``torch._dynamo`` (about 3 s of start-up in every process)."""
+    if torch.empty(0).is_meta:  # the default device of the enclosing ``with torch.device(...)``
+        return nn.Embedding(num, dim, _weight=torch.empty(num, dim))
+    return nn.Embedding(num, dim)
 
 
 def truncated_normal_(x: Tensor, std: float, generator: torch.Generator | None = None) -> Tensor:

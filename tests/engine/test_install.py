@@ -109,7 +109,7 @@ SWEEP_STACK = ("hydra", "omegaconf", "optuna", "polars", "datasets", "matplotlib
 def test_engine_samplers_and_bench_need_only_torch_numpy_safetensors():
     """A GPU box without a registry has torch, numpy and safetensors but not the sweep stack (docs/gpu.md): every
     sampler, the bench and the GPU tests' helpers import and run there. Checked in a process where importing any
-    package of the sweep stack fails."""
+    package of the sweep stack fails; the same run imports no compiler either."""
     import subprocess
 
     code = f"""
@@ -123,6 +123,9 @@ import recdiff, recdiff.bench, recdiff.tools.bench, tests.gpu.common
 model = recdiff.load_model({str(need_fixtures())!r})
 for s in ("static", "adaptive", "speculative", "diffusion"):
     assert len(recdiff.generate(model, [1, 2, 3], s, max_new_tokens=3, stop_token_ids=[]).tokens) == 3, s
+# nor the compiler: importing torch._dynamo (sympy among it) costs about 3 s in every sweep job and worker, and an
+# eager load and run has no use for it (a meta-device op can import it: recdiff/model.py builds around them)
+assert "torch._dynamo" not in sys.modules, "an eager load and run imported torch._dynamo"
 print("ok")
 """
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
