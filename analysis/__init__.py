@@ -1,32 +1,35 @@
-"""recdiff analysis: Optuna studies → tidy tables, Pareto sets, the paper's figures and tables."""
-from analysis.load import load_samples, load_trace, load_trials, resolve
-from analysis.pareto import (
-                             dominates,
-                             frame_hypervolume,
-                             hypervolume,
-                             hypervolume_interval,
-                             knee,
-                             knee_index,
-                             noisy_dominates,
-                             noisy_pareto_front,
-                             noisy_pareto_mask,
-                             pareto_front,
-                             pareto_mask,
-                             with_noisy_pareto,
-                             with_pareto,
-)
-from analysis.plots import plot_cache_sharing, plot_heatmap, plot_pareto, plot_tradeoff
-from analysis.reference import reference_trials
-from analysis.speedup import format_speedup, speedup_table
-from analysis.tables import sampler_table
-from analysis.trace_plots import plot_latent_change, plot_position_stability, plot_token_trace, position_stats
+"""recdiff analysis: Optuna studies → tidy tables, Pareto sets, the paper's figures and tables.
 
-__all__ = [
-    "load_samples", "load_trace", "load_trials", "resolve",
-    "dominates", "frame_hypervolume", "hypervolume", "knee", "knee_index", "pareto_front", "pareto_mask",
-    "with_pareto", "hypervolume_interval", "noisy_dominates", "noisy_pareto_front", "noisy_pareto_mask",
-    "with_noisy_pareto",
-    "plot_cache_sharing", "plot_heatmap", "plot_latent_change", "plot_pareto", "plot_position_stability",
-    "plot_token_trace", "plot_tradeoff", "position_stats",
-    "sampler_table", "speedup_table", "format_speedup", "reference_trials",
-]
+The names below are loaded from their modules on first use (PEP 562): a sweep's closing table imports
+``analysis.load`` and ``analysis.speedup`` without matplotlib and scipy.stats, a second or more of every sweep's run.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_HOME = {
+    "analysis.load": ["load_samples", "load_trace", "load_trials", "resolve"],
+    "analysis.pareto": ["dominates", "frame_hypervolume", "hypervolume", "hypervolume_interval", "knee", "knee_index",
+                        "noisy_dominates", "noisy_pareto_front", "noisy_pareto_mask", "pareto_front", "pareto_mask",
+                        "with_noisy_pareto", "with_pareto"],
+    "analysis.plots": ["plot_cache_sharing", "plot_heatmap", "plot_pareto", "plot_tradeoff"],
+    "analysis.reference": ["reference_trials"],
+    "analysis.speedup": ["format_speedup", "speedup_table"],
+    "analysis.tables": ["sampler_table"],
+    "analysis.trace_plots": ["plot_latent_change", "plot_position_stability", "plot_token_trace", "position_stats"],
+}
+_MODULE = {name: module for module, names in _HOME.items() for name in names}
+__all__ = list(_MODULE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULE:
+        raise AttributeError(f"module 'analysis' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_MODULE[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

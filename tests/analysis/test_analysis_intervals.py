@@ -104,3 +104,25 @@ def test_columns_to_estimates_and_group_means():
     assert speed_column(df) == "tokens_per_s"
     assert speed_column(df.with_columns(speedup=pl.lit(2.0))) == "speedup"
     assert speed_column(df.with_columns(speedup=pl.Series([2.0, None, 1.0]))) == "tokens_per_s"
+
+
+def test_z95_is_scipys_normal_quantile():
+    from scipy import stats
+
+    from analysis.intervals import Z95
+
+    assert Z95 == float(stats.norm.ppf(0.975))
+
+
+def test_the_closing_tables_modules_load_without_scipy_stats_or_matplotlib():
+    """Every sweep prints its closing table (analysis.speedup); importing it must not pull in what only figures and
+    claims use (about 3 s of each sweep's start when it did)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    code = ("import sys, analysis.load, analysis.reference, analysis.speedup\n"
+            "print(sorted(m for m in ('scipy.stats', 'matplotlib') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr[-2000:]
