@@ -78,15 +78,14 @@ def window_piece(eta: float) -> Piece:
     return piece
 
 
-def decode_piece(model: RecurrentDepthModel, run: Runner, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+def decode_piece(model: RecurrentDepthModel, run: Runner, args: tuple[Tensor, ...], float32: bool = True
+                 ) -> tuple[Tensor, ...]:
     z, pos, keys, write, *rows = args
-    return (model.decode(z, _call(run, pos, keys, write, *rows), run.cache),)
+    return (model.decode(z, _call(run, pos, keys, write, *rows), run.cache, float32),)
 
 
-def raw_decode_piece(model: RecurrentDepthModel, run: Runner, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-    """:func:`decode_piece` with logits in the model's dtype (:meth:`RecurrentDepthModel.decode`'s ``float32``)."""
-    z, pos, keys, write, *rows = args
-    return (model.decode(z, _call(run, pos, keys, write, *rows), run.cache, float32=False),)
+# logits in the model's dtype (RecurrentDepthModel.decode's float32)
+raw_decode_piece: Piece = functools.partial(decode_piece, float32=False)
 
 
 def core_piece(n: int, per_step: bool) -> Piece:
