@@ -50,7 +50,7 @@ class RecurrentDepthModel(nn.Module):
         if c.tie_embeddings:
             self.lm_head.weight = self.transformer.wte.weight
         self.ln_f_on_state = family.ln_f_on_state
-        here = torch.empty(0).device  # the enclosing ``with torch.device(...)``'s, else the CPU
+        here = torch.get_default_device()  # the enclosing ``with torch.device(...)``'s, else the CPU
         with torch.device("cpu"):  # as recdiff.load_model computes it (and on meta, a table's arange would import
             # torch._dynamo: about 3 s of every process's start-up)
             table = family.table(c, c.block_size) if rope else torch.zeros(1, 0, 1, c.head_dim // 2, 2)
@@ -188,7 +188,7 @@ class RecurrentDepthModel(nn.Module):
 def embedding(num: int, dim: int) -> nn.Embedding:
     """``nn.Embedding(num, dim)``; on the meta device (a checkpoint's skeleton, before its weights load) without the
     default normal draw, which on meta tensors imports ``torch._dynamo`` (about 3 s of start-up in every process)."""
-    if torch.empty(0).is_meta:  # the default device of the enclosing ``with torch.device(...)``
+    if torch.get_default_device().type == "meta":  # the enclosing ``with torch.device(...)``'s
         return nn.Embedding(num, dim, _weight=torch.empty(num, dim))
     return nn.Embedding(num, dim)
 

@@ -136,7 +136,8 @@ class DiffusionBatch:
         if run.cuda_graphs:
             V = self.m.config.padded_vocab_size
             self._outputs = (run.buffer("diffusion-z-out", (B, self.window, E), run.dtype),
-                             *([run.buffer("diffusion-e-out", (B, self.window, E), run.dtype)] if p["eta"] > 0 else []),
+                             *([run.buffer("diffusion-e-out", (B, self.window, E), run.dtype)] if self.rule.eta > 0
+                               else []),
                              run.buffer("diffusion-logits", (B, self.window, V), run.dtype))
         self._output_views: dict[int, tuple[Tensor, ...]] = {}  # T → the outputs' first T rows (the same views)
         # the pointers a step hands in (PTR), packed into the memory of one host tensor (struct is cheaper than a
