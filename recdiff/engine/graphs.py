@@ -27,8 +27,7 @@ class Graphs:
     def __init__(self, emulate: bool, wrap: Callable[[Callable[..., Any]], Callable[..., Any]],
                  keeps: Callable[[Tensor], bool] = lambda t: False) -> None:
         self.emulate, self.wrap, self.keeps = emulate, wrap, keeps
-        self.captured: dict[tuple, Graphed | EmulatedGraph] = {}
-        self.order: list[Graphed | EmulatedGraph] = []  # in capture order (what a replay may overwrite: the later)
+        self.captured: dict[tuple, Graphed | EmulatedGraph] = {}  # in capture order (a replay may overwrite the later)
         self.pool: Any = None  # the CUDA memory pool every graph of this runner is captured into
 
     def run(self, name: str, fn: Callable[..., Any], inputs: tuple[Tensor, ...], fixed: int = 0) -> Any:
@@ -40,13 +39,12 @@ class Graphs:
         if g is None:
             check_held(fn, self.keeps, name)
             if self.emulate:
-                g = EmulatedGraph(self.wrap(fn), inputs, fixed, later=self.order)
+                g = EmulatedGraph(self.wrap(fn), inputs, fixed, later=self.captured)
             else:
                 if self.pool is None:
                     self.pool = torch.cuda.graph_pool_handle()
                 g = Graphed(self.wrap(fn), inputs, fixed, self.pool)
             self.captured[key] = g
-            self.order.append(g)
         return g(*inputs)
 
 
@@ -79,11 +77,11 @@ class Graphed:
 class EmulatedGraph:
     """The CUDA-graph protocol without CUDA: static input buffers, and outputs that live in fixed tensors which
     the next replay overwrites; a replay also poisons the outputs of every graph captured after it (``later``: the
-    runner's graphs in capture order, this one appended next), as a shared pool may place them in this graph's
+    runner's graphs in capture order, this one added next), as a shared pool may place them in this graph's
     intermediates. So code that keeps an output past the runner's next replay is caught on a CPU too."""
 
     def __init__(self, fn: Callable[..., Any], inputs: tuple[Tensor, ...], fixed: int = 0,
-                 later: list[EmulatedGraph] | None = None) -> None:
+                 later: dict[tuple, Any] | None = None) -> None:
         self.fn, self.fixed = fn, fixed
         self.inputs = [*inputs[:fixed], *(t.clone() for t in inputs[fixed:])]
         self.outputs: Any = None
@@ -93,7 +91,7 @@ class EmulatedGraph:
         check_fixed(self.inputs, inputs, self.fixed)
         for buf, t in zip(self.inputs[self.fixed :], inputs[self.fixed :]):
             buf.copy_(t)
-        for g in (self.order or [])[self.index + 1 :]:
+        for g in list((self.order or {}).values())[self.index + 1 :]:
             if g.outputs is not None:
                 tree_map(poison, g.outputs)
         out = self.fn(*self.inputs)
