@@ -69,3 +69,24 @@ def stop_token(model, prompts: list[list[int]], limits: list[int], sampler: str,
             for p, n in zip(prompts, limits)]
     counts = {t: sum(t in r for r in runs) for r in runs for t in r}
     return max(counts, key=lambda t: (counts[t] < len(runs), counts[t]))
+
+
+def shallow(src: Path, out: Path) -> Path:
+    """``src`` cut to one block in P, two in R and one in C (the first ones), saved to ``out`` with its prompts: the
+    same architecture and pieces for the tests whose cost is compiling them (dynamo's tracing and inductor's lowering
+    grow with the blocks a graph holds). Which pieces and specialisations are compiled does not depend on the block
+    count; two blocks in R keep a graph writing several cache slots, and C's slot still follows P's and R's."""
+    import re
+
+    from safetensors.torch import load_file, save_file
+
+    config = json.loads((src / "config.json").read_text())
+    core = min(2, config["n_layers_in_recurrent_block"])
+    config.update(n_layers_in_prelude=1, n_layers_in_recurrent_block=core, n_layers_in_coda=1, n_layers=core + 2)
+    dropped = re.compile(rf"transformer\.((prelude|coda)\.[1-9]|core_block\.([{core}-9]|[1-9]\d))")
+    weights = {k: v for k, v in load_file(src / "model.safetensors").items() if not dropped.match(k)}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "prompts.json").write_text((src / "prompts.json").read_text())
+    return out

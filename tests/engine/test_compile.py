@@ -6,9 +6,13 @@ Compiling is what these tests spend their time on, so they compile with :data:`Q
 wrapper and no GEMM autotuning (about 1.8x quicker), and weights as graph inputs rather than frozen constants, which
 inductor's FX graph cache can store (frozen mkldnn weights bypass it) and whose passes it skips (the compiled-tokens
 test alone, 2 idle cores: 723 → 423 s). recdiff's own part, the capture, specialisation and replay of its programs, is
-the same under either; test_compile_shipped.py checks the shipped settings."""
+the same under either; test_compile_shipped.py checks the shipped settings. They compile the fixture cut to one block
+in P, two in R and one in C (tests/matrices.py's ``shallow``): the same pieces and specialisations, with graphs a
+third the size to trace and lower (the fixture's own depth is what the parity tests check, eagerly)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,21 +22,26 @@ from recdiff import generate, load_model, warm_up
 from recdiff.engine.pool import cache_length, get_runner
 from recdiff.engine.runner import set_compile
 from tests.conftest import RAVEN_TINY, need_fixtures
-from tests.matrices import ONE_PER_SAMPLER, QUICK, prompts
+from tests.matrices import ONE_PER_SAMPLER, QUICK, prompts, shallow
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def compiled_model():
-    model = load_model(need_fixtures(), compile=True)
+def small(tmp_path_factory) -> Path:
+    return shallow(need_fixtures(RAVEN_TINY), tmp_path_factory.mktemp("shallow") / RAVEN_TINY.name)
+
+
+@pytest.fixture(scope="module")
+def compiled_model(small):
+    model = load_model(small, compile=True)
     model.engine_options["inductor"] = QUICK
     return model
 
 
-def test_compiled_gives_the_eager_tokens(compiled_model, load_fixture_model):
-    eager = load_fixture_model(RAVEN_TINY)
-    ps = prompts(RAVEN_TINY)
+def test_compiled_gives_the_eager_tokens(compiled_model, small):
+    eager = load_model(small)
+    ps = prompts(small)
     for sampler, params in ONE_PER_SAMPLER:
         want = [generate(eager, p, sampler, max_new_tokens=10, stop_token_ids=[], **params).tokens for p in ps]
         together = generate(compiled_model, ps, sampler, max_new_tokens=10, stop_token_ids=[], batch_size=len(ps),
@@ -44,12 +53,12 @@ def test_compiled_gives_the_eager_tokens(compiled_model, load_fixture_model):
     assert all(p.direct is not None for run in compiled_model._runners.values() for p in run.programs.compiled.values())
 
 
-def test_no_compilation_after_warm_up_across_many_prompt_lengths(compiled_model):
+def test_no_compilation_after_warm_up_across_many_prompt_lengths(compiled_model, small):
     """Warm-up (``recdiff.warm_up``): the shortest and the longest prompt alone and through every kind of
     admission. Then 20 prompts of 17 lengths (3 to 19 tokens), alone and batched: dynamo compiles no new graph
     (every width, prompt length and key count is a dynamic dimension of the same graphs, few rows and many rows
     included)."""
-    ps = prompts(RAVEN_TINY, 20)
+    ps = prompts(small, 20)
     assert len({len(p) for p in ps}) == 17
     sampler, params = ONE_PER_SAMPLER[-1]
     kw = dict(stop_token_ids=[], **params)
@@ -66,11 +75,11 @@ def test_no_compilation_after_warm_up_across_many_prompt_lengths(compiled_model)
     assert classes == {False, True}
 
 
-def test_per_step_cache_compiled_gives_the_eager_tokens(compiled_model, load_fixture_model):
+def test_per_step_cache_compiled_gives_the_eager_tokens(compiled_model, small):
     """Under ``kv_cache=per_step`` a compiled recurrence picks its cache plane with a step tensor (one graph for
     every recurrence index)."""
-    eager = load_fixture_model(RAVEN_TINY)
-    p = prompts(RAVEN_TINY)[0]
+    eager = load_model(small)
+    p = prompts(small)[0]
     kw = dict(max_new_tokens=6, stop_token_ids=[], kv_cache="per_step", r=3)
     assert generate(compiled_model, p, "static", **kw).tokens == generate(eager, p, "static", **kw).tokens
 

@@ -1,7 +1,7 @@
 """The CPU compile path with the inductor settings users get (program.PATCHES: C++ wrapper, frozen weights, GEMM
 templates autotuned against MKL): a prompt's P, one recurrence and C, compiled, give the eager logits, captured and
 replayed. The sampler cases run with quicker settings in test_compile.py; this file runs beside it (compiling is
-slow)."""
+slow), on the same cut of the fixture (tests/matrices.py's ``shallow``)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,17 @@ import torch
 from recdiff import load_model
 from recdiff.engine.pool import cache_length, get_runner
 from tests.conftest import RAVEN_TINY, need_fixtures
-from tests.matrices import prompts
+from tests.matrices import prompts, shallow
 
 pytestmark = pytest.mark.slow
 
 
-def test_the_shipped_inductor_settings_give_the_eager_logits(load_fixture_model):
-    model = load_model(need_fixtures(), compile=True)
+def test_the_shipped_inductor_settings_give_the_eager_logits(tmp_path):
+    small = shallow(need_fixtures(RAVEN_TINY), tmp_path / RAVEN_TINY.name)
+    model = load_model(small, compile=True)
     assert "inductor" not in model.engine_options  # nothing overrides program.PATCHES
-    eager = load_fixture_model(RAVEN_TINY)
-    ids = torch.tensor([prompts(RAVEN_TINY)[0]])
+    eager = load_model(small)
+    ids = torch.tensor([prompts(small)[0]])
     pos = torch.arange(ids.shape[1])[None]
 
     @torch.inference_mode()  # as generate() runs the engine (a shared model's runners hold inference tensors)
