@@ -4,7 +4,8 @@ Workers on one machine (Hydra's joblib launcher) that each start torch's default
 oversubscribe the cores, and every trial slows down by far more than its share (docs/sweeps.md, "Threads"). So
 ``run.threads: null`` is this job's share: the cores it may use (its CPU affinity; under SLURM the job's CPUs)
 divided by the workers the launcher runs on the machine at once (joblib's ``n_jobs``; a SLURM job is one worker), at
-least one.
+least one, and at most ``OMP_NUM_THREADS`` where that is set (the usual cap on a process's threads: a caller that
+shares the cores with other work says so with it, and one more thread than it allows only spins).
 """
 
 from __future__ import annotations
@@ -37,8 +38,10 @@ def local_workers(launcher: Mapping[str, Any] | None, n_cores: int) -> int:
 
 def thread_budget(threads: int | None, launcher: Mapping[str, Any] | None,
                   env: Mapping[str, str] = os.environ) -> int:
-    """``run.threads`` when set, else this job's share of the cores."""
+    """``run.threads`` when set, else this job's share of the cores, capped by ``OMP_NUM_THREADS`` when it is set."""
     if threads is not None:
         return threads
     n = cores(env)
-    return max(1, n // local_workers(launcher, n))
+    share = max(1, n // local_workers(launcher, n))
+    cap = env.get("OMP_NUM_THREADS", "").strip()
+    return min(share, int(cap)) if cap.isdigit() and int(cap) > 0 else share

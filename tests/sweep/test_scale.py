@@ -92,7 +92,7 @@ def test_two_joblib_workers_on_two_cores_run_one_thread_each(tmp_path):
     two_cores = sorted(os.sched_getaffinity(0))[:2]
     run_sweep(["-m", *JOBLIB, "hydra.launcher.n_jobs=2", "sampler=static", "sampler.r=1,2", *TINY, "run.threads=null",
                "run.timing_threads=null", *where(tmp_path, "threads"), f"hydra.sweep.dir={tmp_path}/sweep"],
-              timeout=600,
+              timeout=600, env={"OMP_NUM_THREADS": "2"},   # the suite's cap of 1 lifted: the share is what is tested
               preexec_fn=lambda: os.sched_setaffinity(0, two_cores))
     trials = load(str(tmp_path / "journal.log"), "threads").get_trials()
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
@@ -116,6 +116,12 @@ JOBLIB_LAUNCHER = "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLau
     (None, {"_target_": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"},
      {"SLURM_CPUS_PER_TASK": "8"}, 1, 8),                                # the SLURM job's CPUs
     (3, {"_target_": JOBLIB_LAUNCHER, "n_jobs": 16}, {}, 16, 3),          # run.threads set: as set
+    (None, {"_target_": JOBLIB_LAUNCHER, "n_jobs": 4}, {"OMP_NUM_THREADS": "2"}, 4, 2),   # capped by OMP_NUM_THREADS
+    (None, {"_target_": JOBLIB_LAUNCHER, "n_jobs": 4}, {"OMP_NUM_THREADS": "8"}, 4, 4),   # a cap, never a raise
+    (None, {}, {"OMP_NUM_THREADS": "1"}, 1, 1),
+    (None, {}, {"OMP_NUM_THREADS": "0"}, 1, 16),                          # not a positive count: no cap
+    (None, {}, {"OMP_NUM_THREADS": "four"}, 1, 16),
+    (3, {}, {"OMP_NUM_THREADS": "1"}, 1, 3),                              # run.threads set: as set
 ])
 def test_the_thread_budget_is_the_cores_divided_by_the_local_workers(monkeypatch, threads, launcher, env, workers,
                                                                       budget):
