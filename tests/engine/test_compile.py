@@ -39,8 +39,8 @@ def compiled_model(small):
     return model
 
 
-def test_compiled_gives_the_eager_tokens(compiled_model, small):
-    eager = load_model(small)
+def test_compiled_gives_the_eager_tokens(compiled_model, small, load_fixture_model):
+    eager = load_fixture_model(small)
     ps = prompts(small)
     for sampler, params in ONE_PER_SAMPLER:
         want = [generate(eager, p, sampler, max_new_tokens=10, stop_token_ids=[], **params).tokens for p in ps]
@@ -75,10 +75,10 @@ def test_no_compilation_after_warm_up_across_many_prompt_lengths(compiled_model,
     assert classes == {False, True}
 
 
-def test_per_step_cache_compiled_gives_the_eager_tokens(compiled_model, small):
+def test_per_step_cache_compiled_gives_the_eager_tokens(compiled_model, small, load_fixture_model):
     """Under ``kv_cache=per_step`` a compiled recurrence picks its cache plane with a step tensor (one graph for
     every recurrence index)."""
-    eager = load_model(small)
+    eager = load_fixture_model(small)
     p = prompts(small)[0]
     kw = dict(max_new_tokens=6, stop_token_ids=[], kv_cache="per_step", r=3)
     assert generate(compiled_model, p, "static", **kw).tokens == generate(eager, p, "static", **kw).tokens
