@@ -1,4 +1,4 @@
-"""A trial's time limit (``run.timeout_s``)."""
+"""A trial's time limit (``run.timeout_s``; a tune's search trials: ``tune.trial_timeout_x``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,13 @@ import contextlib
 import signal
 import threading
 import time
-from typing import Any, Callable, Iterator
+from types import FrameType
+from typing import Callable, Iterator
+
+# An alarm that lands inside an import waits this long and looks again: an exception raised there leaves the half-run
+# module's submodules bound to a parent that never finishes (a trial cut during scipy.stats' first import leaves
+# every later bootstrap in the process failing on a missing attribute).
+RETRY_S = 0.05
 
 
 class TrialTimeout(Exception):
@@ -16,7 +22,8 @@ class TrialTimeout(Exception):
 @contextlib.contextmanager
 def deadline(seconds: float | None) -> Iterator[Callable[[], None]]:
     """Raise :class:`TrialTimeout` after ``seconds``: by SIGALRM in the main thread (interrupts a long
-    generate call), and by the returned ``check()`` between samples everywhere."""
+    generate call, though not an import: it is raised once the import is over), and by the returned ``check()``
+    between samples everywhere."""
     if not seconds:
         yield lambda: None
         return
@@ -28,7 +35,10 @@ def deadline(seconds: float | None) -> Iterator[Callable[[], None]]:
 
     use_alarm = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
     if use_alarm:
-        def on_alarm(signum: int, frame: Any) -> None:
+        def on_alarm(signum: int, frame: FrameType | None) -> None:
+            if importing(frame):
+                signal.setitimer(signal.ITIMER_REAL, RETRY_S)
+                return
             raise TrialTimeout(f"timeout: trial ran longer than {seconds:g} s")
 
         previous = signal.signal(signal.SIGALRM, on_alarm)
@@ -39,3 +49,12 @@ def deadline(seconds: float | None) -> Iterator[Callable[[], None]]:
         if use_alarm:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
+
+
+def importing(frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs inside an import (importlib's own frames below it)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
