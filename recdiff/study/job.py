@@ -71,17 +71,18 @@ def open_checked_study(plan: Config, prepared: Prepared, top_dir: Path) -> tuple
 
 def run_job(cfg: DictConfig) -> tuple[float, float] | None:
     """The Hydra task: the composed config in, the grid trial's objective values out (None for a search)."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)   # one line per trial is ours
+    interrupt_on_sigterm()
+    plan = make_plan(cfg)                                                   # 1. plan
+    job_dir, top_dir = _sweep_dirs()
+    check_writable_outputs(plan.study, job_dir, top_dir)                    # 2. prepare
+    # torch only now: bad input above is one line a second sooner (torch is most of a failing command's time)
     import torch
 
     from recdiff.trial import prepare
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)   # one line per trial is ours
-    interrupt_on_sigterm()
-    plan = make_plan(cfg)                                                   # 1. plan
     threads = thread_budget(plan.run.threads, _launcher())
     torch.set_num_threads(threads)
-    job_dir, top_dir = _sweep_dirs()
-    check_writable_outputs(plan.study, job_dir, top_dir)                    # 2. prepare
     prepared = prepare(plan.model, plan.benchmark)
     study, identity = open_checked_study(plan, prepared, top_dir)           # 3. open the study
     preset = getattr(plan.sampler, "preset", None)
