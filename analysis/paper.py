@@ -52,6 +52,7 @@ class Scale:
     limit: int
     speed_samples: int
     repeats: int
+    warmup: int           # run.warmup: untimed calls before each pass (the smoke's timings are never judged)
     max_values: int | None
     search_trials: int
     population: int
@@ -64,15 +65,15 @@ class Scale:
 
 
 SCALES: dict[str, Scale] = {
-    "smoke": Scale(limit=8, speed_samples=1, repeats=2, max_values=2, search_trials=2, population=2, minutes=3,  # tests
-                   trial_timeout_s=120),
+    "smoke": Scale(limit=8, speed_samples=1, repeats=2, warmup=0, max_values=2, search_trials=2, population=2,  # tests
+                   minutes=3, trial_timeout_s=120),
     # ci: speed_samples × repeats paired cells per trial for the speed-up's interval (the report states how wide), in
     # ≤ 15 minutes on 2 CPU cores (docs/speed.md, "Sizing the paper runner"); accuracy on the embedded default sits
     # at its ceiling whatever the slice, so the slice is what gives way
-    "ci": Scale(limit=24, speed_samples=2, repeats=3, max_values=3, search_trials=6, population=3, minutes=15,
-                trial_timeout_s=300),
-    "full": Scale(limit=200, speed_samples=16, repeats=5, max_values=None, search_trials=32, population=8, minutes=60,
-                  trial_timeout_s=600),
+    "ci": Scale(limit=24, speed_samples=2, repeats=3, warmup=1, max_values=3, search_trials=6, population=3,
+                minutes=15, trial_timeout_s=300),
+    "full": Scale(limit=200, speed_samples=16, repeats=5, warmup=1, max_values=None, search_trials=32, population=8,
+                  minutes=60, trial_timeout_s=600),
 }
 
 
@@ -153,7 +154,7 @@ def sweep_command(recipe: Recipe, scale: Scale, scale_name: str, out: Path,
     if not recipe.search:
         args.append("-m")
     args += [f"sweeps={recipe.name}", *EMBEDDED, f"benchmark.limit={scale.limit}",
-             f"run.speed_samples={scale.speed_samples}", f"run.repeats={scale.repeats}",
+             f"run.speed_samples={scale.speed_samples}", f"run.repeats={scale.repeats}", f"run.warmup={scale.warmup}",
              f"run.timeout_s={scale.trial_timeout_s}", "run.progress=false",
              f"study.name={study}", f"study.storage={out / 'optuna' / 'journal.log'}",
              f"study.artifact_dir={out / 'optuna' / 'artifacts'}"]
