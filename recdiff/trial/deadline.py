@@ -11,8 +11,10 @@ from typing import Callable, Iterator
 
 # An alarm that lands inside an import waits this long and looks again: an exception raised there leaves the half-run
 # module's submodules bound to a parent that never finishes (a trial cut during scipy.stats' first import leaves
-# every later bootstrap in the process failing on a missing attribute).
+# every later bootstrap in the process failing on a missing attribute). An import still running IMPORT_GRACE_S past
+# the limit is cut all the same: the limit stays a limit.
 RETRY_S = 0.05
+IMPORT_GRACE_S = 30.0
 
 
 class TrialTimeout(Exception):
@@ -36,7 +38,7 @@ def deadline(seconds: float | None) -> Iterator[Callable[[], None]]:
     use_alarm = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
     if use_alarm:
         def on_alarm(signum: int, frame: FrameType | None) -> None:
-            if importing(frame):
+            if importing(frame) and time.monotonic() < end + IMPORT_GRACE_S:
                 signal.setitimer(signal.ITIMER_REAL, RETRY_S)
                 return
             raise TrialTimeout(f"timeout: trial ran longer than {seconds:g} s")

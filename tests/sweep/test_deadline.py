@@ -39,3 +39,16 @@ def test_a_limit_that_falls_inside_an_import_is_raised_after_it(tmp_path, monkey
 
     assert slowpkg.part.done() is True      # the process can use the package, as it could without a limit
     assert 0.5 <= took < 5                  # raised once the import was over, not in it
+
+
+def test_an_import_that_outlasts_the_grace_is_cut_all_the_same(tmp_path, monkeypatch):
+    from recdiff.trial import deadline as module
+
+    (tmp_path / "hangs.py").write_text("import time\ntime.sleep(10)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "hangs", raising=False)
+    monkeypatch.setattr(module, "IMPORT_GRACE_S", 0.2)
+    began = time.monotonic()
+    with pytest.raises(TrialTimeout), deadline(0.1):
+        import hangs  # noqa: F401
+    assert time.monotonic() - began < 2             # the limit plus its grace, not the import's 10 s
