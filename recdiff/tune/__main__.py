@@ -28,6 +28,10 @@ def _slice(identity: dict) -> str:
 
 
 def tune(argv: list[str], start: float) -> int:
+    from recdiff.tune.plan import compose
+
+    tp = compose(argv)                                                      # the plan, every setting checked
+
     import optuna
     import torch
 
@@ -36,11 +40,9 @@ def tune(argv: list[str], start: float) -> int:
     from recdiff.tune.budget import Budget
     from recdiff.tune.choice import Measured, Row, choose, feasible, judge, runners_up, settings_text, table
     from recdiff.tune.confirm import confirm
-    from recdiff.tune.plan import compose
     from recdiff.tune.preset import device_label, provenance, settings, write_preset
     from recdiff.tune.study import counted, measure_grid, measured, open_tuning, search
 
-    tp = compose(argv)                                                      # the plan, every setting checked
     plan, opts = tp.search, tp.options
     budget = Budget(opts.time_budget_s, start=start)
     threads = thread_budget(plan.run.threads, None)

@@ -175,8 +175,6 @@ def compose(argv: list[str]) -> TunePlan:
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf, open_dict
 
-    from recdiff.load import resolve_device
-    from recdiff.samplers import default_batch_size
     from recdiff.schema import benchmark_label, make_plan
 
     overrides, tune = split_overrides(argv)
@@ -189,6 +187,10 @@ def compose(argv: list[str]) -> TunePlan:
     if cfg.sampler.name != "diffusion":
         raise RecdiffError(f"sampler={cfg.sampler.name}: the tune searches the diffusion sampler's knobs "
                            "(sampler=diffusion, or a preset sampler=tuned/<name> to start from)")
+    # torch loads only now (the device decides the batch): a typo above is reported without it
+    from recdiff.load import resolve_device
+    from recdiff.samplers import default_batch_size
+
     device = resolve_device(str(cfg.model.device))
     with open_dict(cfg):
         batch = cfg.run.batch_size or default_batch_size(device)
