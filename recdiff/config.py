@@ -110,14 +110,12 @@ class RecurrentConfig:
         return cls(**kwargs)
 
     def to_dict(self) -> dict[str, Any]:
-        """The official layout: our fields (those set) plus the keys the family's reference config expects."""
-        from recdiff.families import get_family
-
+        """Our fields (those set), with the derived ``n_layers`` and ``effective_expected_depth`` the reference reads;
+        the family's own keys are added by :func:`recdiff.families.config_json`."""
         d = dataclasses.asdict(self)
         del d["family"]
         for k in ("eos_token_id", "rope_theta", "rope_scaling", "max_position_embeddings"):
             if d[k] is None:
                 del d[k]
         d.update(n_layers=self.n_layers, effective_expected_depth=self.effective_expected_depth)
-        d.update(get_family(self.family).write(self))
         return d

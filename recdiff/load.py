@@ -3,7 +3,7 @@
 A folder (or hub repository) with ``config.json`` and ``*.safetensors`` holding the official parameter names
 (``transformer.wte.weight``, ``transformer.prelude.0.attn.Wqkv.weight``, …; ``lm_head.weight`` absent when tied),
 optionally with ``tokenizer.json``. Which model family it is (Huginn, retrofitted Llama, retrofitted OLMo-2) is
-recognised from the config and the weight names (:func:`recdiff.families.recognise`). The Python files such a folder
+recognised from the config and the weight names (:func:`recdiff.recognition.recognise`). The Python files such a folder
 may carry (``auto_map`` in its config) are never imported: recdiff's own code is the model.
 """
 
@@ -21,8 +21,9 @@ from safetensors.torch import load_file, save_file
 
 from recdiff.config import RecurrentConfig
 from recdiff.errors import RecdiffError
-from recdiff.families import recognise
+from recdiff.families import config_json
 from recdiff.model import RecurrentDepthModel
+from recdiff.recognition import recognise
 
 HUGINN_HUB_ID = "tomg-group-umd/huginn-0125"
 _HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
@@ -238,7 +239,7 @@ def save_pretrained(model: RecurrentDepthModel, folder: str | os.PathLike, token
     if model.config.tie_embeddings:
         sd.pop("lm_head.weight", None)
     dtype = str(next(iter(sd.values())).dtype).removeprefix("torch.")
-    cfg = {**model.config.to_dict(), "torch_dtype": dtype}
+    cfg = {**config_json(model.config), "torch_dtype": dtype}
     (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
     if tokenizer is not None:

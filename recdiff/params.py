@@ -134,7 +134,7 @@ class FreezeRule(str, Enum):
 
 class AdaptiveRule(str, Enum):
     paper = "paper"          # recdiff: aligned latent change, a converged state freezes what it predicts
-    reference = "reference"  # the authors' code, bit for bit (fixtures, published runs)
+    reference = "reference"  # the authors' rule: their tokens and freezes exactly (fixtures, published runs)
 
 
 class KVCache(str, Enum):
@@ -193,7 +193,7 @@ FREEZE = Param(Freeze.adaptive, one_of("adaptive", "fixed"),
 FREEZE_RULE = Param(FreezeRule.prefix, one_of("prefix", "last"),
                     "prefix: every compared position up to k* below ε (eq. conv); last: the last one below ε")
 ADAPTIVE_RULE = Param(AdaptiveRule.paper, one_of("paper", "reference"),
-                      "paper (recdiff) or reference (the authors' code, bit for bit; README, \"Matching the "
+                      "paper (recdiff) or reference (the authors' rule, token for token; README, \"Matching the "
                       "authors' reference\")")
 R_FREEZE = Param(None, optional(recurrence),
                  "recurrence budget per position: null = r in fixed mode, none in adaptive mode",

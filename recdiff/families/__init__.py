@@ -1,11 +1,9 @@
 """Model families: one module per family, each declaring a :class:`~recdiff.families.base.Family` as ``FAMILY``.
 
-Every module of this package that defines ``FAMILY`` is a family (a fourth family is one new module; docs/families.md).
-A checkpoint folder fits a family when the family reads its ``config.json`` without complaint and the weight names
-are exactly those of the family's model at that config (:func:`recognise`); ``model.family=NAME`` (``load_model(...,
-family=NAME)``) names the family instead, and the folder must still fit it. Nothing outside the model layer
-(``recdiff/model.py``, ``recdiff/layers.py``, ``recdiff/config.py``, ``recdiff/load.py`` and this package) knows
-which family it runs.
+Every module of this package that defines ``FAMILY`` is a family (a new family is one new module; docs/families.md).
+Telling a checkpoint's family from its files is :mod:`recdiff.recognition`'s job (it builds the model, which is
+built from these families). Nothing outside the model layer (``recdiff/model.py``, ``recdiff/layers.py``,
+``recdiff/config.py``, ``recdiff/recognition.py``, ``recdiff/load.py`` and this package) knows which family it runs.
 """
 
 from __future__ import annotations
@@ -13,15 +11,11 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
-import re
 from typing import Any
 
 from recdiff.config import RecurrentConfig
 from recdiff.errors import RecdiffError
 from recdiff.families.base import Family
-
-# tensors a checkpoint may hold that are not parameters: the reference's persistent RoPE table
-BUFFERS = ("freqs_cis",)
 
 
 @functools.cache
@@ -43,63 +37,7 @@ def get_family(name: str) -> Family:
     return fams[name]
 
 
-def expected_weights(cfg: RecurrentConfig) -> dict[str, tuple[int, ...]]:
-    """Parameter names and shapes of the family's model at ``cfg`` (built on the meta device), without a tied head."""
-    import torch
-
-    from recdiff.model import RecurrentDepthModel
-
-    with torch.device("meta"):
-        model = RecurrentDepthModel(cfg, rope=False)
-    out = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    if cfg.tie_embeddings:
-        out.pop("lm_head.weight")
-    return out
-
-
-_BLOCK = re.compile(r"^transformer\.(prelude|core_block|coda)\.\d+\.")
-
-
-def _short(names: set[str], limit: int = 3) -> str:
-    """Weight names with the block prefix folded (``block norm_3.weight``), deduplicated, the first ``limit``."""
-    folded = sorted({_BLOCK.sub("block ", n) for n in names})
-    more = f" (+{len(folded) - limit} more)" if len(folded) > limit else ""
-    return ", ".join(folded[:limit]) + more
-
-
-def fit(fam: Family, raw: dict[str, Any], weights: set[str], source: str
-        ) -> tuple[RecurrentConfig | None, list[str], float]:
-    """``fam``'s config of a folder, what of it does not fit ``fam`` (empty: it fits), and how many weight names
-    differ from the family's model (infinite when its config does not even build one)."""
-    kwargs, misfits = fam.read(raw)
-    try:
-        cfg = RecurrentConfig.from_dict({**kwargs, "family": fam.name}, source=source)
-        expected = set(expected_weights(cfg))
-    except (RecdiffError, ValueError, TypeError) as err:  # a config the family's model cannot be built from
-        return None, misfits + [str(err).removeprefix(f"{source}: ")], float("inf")
-    present = set(weights) - set(BUFFERS) - ({"lm_head.weight"} if cfg.tie_embeddings else set())
-    missing, unexpected = expected - present, present - expected
-    if missing:
-        misfits.append(f"missing {_short(missing)}")
-    if unexpected:
-        misfits.append(f"unexpected {_short(unexpected)}")
-    return cfg, misfits, len(missing) + len(unexpected)
-
-
-def recognise(raw: dict[str, Any], weights: set[str], source: str, family: str | None = None) -> RecurrentConfig:
-    """The config of a checkpoint (``raw``: its ``config.json``; ``weights``: its tensor names) in the one family it
-    fits, or ``family`` when given; anything else is one line naming what did not fit."""
-    candidates = [get_family(family)] if family else list(families().values())
-    fits = {fam.name: fit(fam, raw, weights, source) for fam in candidates}
-    ok = [name for name, (cfg, misfits, _) in fits.items() if cfg is not None and not misfits]
-    if len(ok) == 1:
-        return fits[ok[0]][0]  # type: ignore[return-value]
-    if ok:
-        raise RecdiffError(f"{source} fits several model families ({', '.join(ok)}); name one with model.family=")
-    if family:
-        raise RecdiffError(f"{source} does not fit model family {family}: {'; '.join(fits[family][1])}")
-    # the closest: fewest weight names amiss, then fewest complaints about the config
-    closest = min(fits, key=lambda n: (fits[n][2], len(fits[n][1])))
-    others = ", ".join(n for n in fits if n != closest)
-    raise RecdiffError(f"{source} fits no model family (closest, {closest}: {'; '.join(fits[closest][1])}; "
-                       f"also tried {others})")
+def config_json(cfg: RecurrentConfig) -> dict[str, Any]:
+    """``config.json`` in the official layout: recdiff's fields (those set) plus the keys the family's reference
+    code expects (:attr:`Family.write`)."""
+    return {**cfg.to_dict(), **get_family(cfg.family).write(cfg)}

@@ -19,7 +19,7 @@ always (the last frozen token's state still predicts the first unfrozen one). On
    with δ < ε (``freeze_rule="last"``, Algorithm 2's wording). ``r_freeze`` is then an optional recurrence budget
    after which a state freezes anyway (with wavefront 1, r' = 1, η = 0 and r_freeze = r this is adaptive-compute AR).
 
-``adaptive_rule="reference"`` reproduces the authors' code bit for bit (the fixtures, published runs): there a
+``adaptive_rule="reference"`` follows the authors' rule, token for token (the fixtures, published runs): there a
 converged state at p freezes the token it *consumes* (p) and stays in the wavefront, and after a freeze δ compares
 each state with the previous step's state of a position further right (their previous states are kept from the new
 wavefront start but indexed from the old one). recdiff's default ``"paper"`` compares each position with itself and

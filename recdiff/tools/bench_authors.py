@@ -71,6 +71,7 @@ from safetensors.torch import save_file
 
 from recdiff import generate, load_model
 from recdiff.config import RecurrentConfig
+from recdiff.families import config_json
 from recdiff.layers import rope_table
 from recdiff.model import RecurrentDepthModel
 from recdiff.tools.bench import FIXTURE  # the reference fixture, found as recdiff.bench and the tests find it
@@ -143,7 +144,7 @@ def write_random_checkpoint(folder: Path, shape: dict[str, int], seed: int = 0, 
         sd.pop("lm_head.weight", None)  # tied to transformer.wte.weight: not stored
     sd["freqs_cis"] = rope_table(cfg.head_dim, cfg.block_size, cfg.rope_base).contiguous()  # persistent there
     config = {
-        **cfg.to_dict(),
+        **config_json(cfg),
         "auto_map": {"AutoConfig": "raven_config_minimal.RavenConfig",
                      "AutoModelForCausalLM": "raven_modeling_minimal.RavenForCausalLM"},
         "activation_checkpoint_impl": "per-iteration", "architecture_class_name": "RecurrentGPT",

@@ -50,6 +50,7 @@ import torch
 import torch.nn.functional as F
 
 from recdiff.config import RecurrentConfig
+from recdiff.families import config_json
 from recdiff.model import RecurrentDepthModel
 from recdiff.tools.train_data import Batches, Encoder, LevelCurriculum, make_task
 
@@ -230,7 +231,7 @@ def _save_fallback(model: RecurrentDepthModel, folder: Path) -> None:
     if model.config.tie_embeddings:
         sd.pop("lm_head.weight", None)
     save_file(sd, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    (folder / "config.json").write_text(json.dumps(model.config.to_dict(), indent=2) + "\n")
+    (folder / "config.json").write_text(json.dumps(config_json(model.config), indent=2) + "\n")
 
 
 # ------------------------------------------------------------------------------------------------ main loop

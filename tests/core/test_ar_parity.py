@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 
 from recdiff import generate
 from tests.conftest import read_cases
+from tests.spread import assert_within_spread, reference_spread
 
 CACHE = {"full": "per_step", "latest-m4-compress-s4": "shared"}
 
@@ -38,7 +39,10 @@ def test_static_ar_sequences_and_selector_logits(fixture_dir, load_fixture_model
         # the first selector row is the prefill's last logits: the cached pass must reproduce it
         first, _ = model(torch.tensor([prompt]), r=kw["num_steps"])
         key = f"{c['case']}.{c['prompt']}.selector_logits"
-        torch.testing.assert_close(first[0, -1], ref_logits[key][0], atol=1e-4, rtol=1e-4)
+        # the spread of the reference's forward logits of this prompt, the largest over the depths it recorded
+        spread = max(v for k, v in reference_spread(fixture_dir).items() if k.startswith(f"{c['prompt']}.r")
+                     and k.endswith(".logits"))
+        assert_within_spread(first[0, -1], ref_logits[key][0], spread, key)
 
 
 def test_adaptive_ar_sequences_and_exit_steps(load_fixture_model):

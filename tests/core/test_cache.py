@@ -7,6 +7,7 @@ import torch
 from recdiff import generate
 from recdiff.cache import SlotKV, make_call
 from tests.conftest import RAVEN_TINY
+from tests.spread import assert_within_spread, reference_spread
 
 PROMPT = [5, 17, 300, 42, 9]
 
@@ -47,7 +48,10 @@ def test_cached_logits_equal_full_forward_logits(load_fixture_model):
     for t in cache.k + cache.v:
         t[0] = 1e3  # another sequence's rows must not leak in
     rows = [_decode_one(model, cache, ids[:, p : p + 1], p, 4, row=1)[0, 0] for p in range(ids.shape[1])]
-    torch.testing.assert_close(torch.stack(rows), full[0], atol=1e-5, rtol=1e-5)
+    # two float32 paths of one computation (cached attention, the no-cache one): within the reference's own spread
+    # of its r = 4 logits (tests/spread.py), as recdiff and the reference are
+    spread = max(v for k, v in reference_spread(RAVEN_TINY).items() if k.endswith(".r4.logits"))
+    assert_within_spread(torch.stack(rows), full[0], spread, "cached decoding")
 
 
 def test_shared_cache_uses_r_times_less_core_memory(load_fixture_model):

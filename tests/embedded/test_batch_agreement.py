@@ -1,12 +1,12 @@
 """Batched (B=32) and batch-1 completions on the embedded benchmark: every sampler at the paper's settings agrees
-on at least 98% of problems, and accuracy agrees within a point (``python -m recdiff.engine.agreement`` runs the same
+on at least 98% of problems, and accuracy agrees within a point (``python -m recdiff.tools.agreement`` runs the same
 comparison on 200 problems and prints the logit margin of every disagreement)."""
 
 from __future__ import annotations
 
 import pytest
 
-from recdiff.engine.agreement import ASSET, ROWS, compare
+from recdiff.tools.agreement import ASSET, ROWS, compare
 
 N = 100  # problems (the script's default is 200; half keeps CI short, and 98% of 100 still allows 2 misses)
 

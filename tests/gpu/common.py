@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from recdiff import load_model
-from recdiff.engine.agreement import first_difference, margin_at
+from recdiff.tools.agreement import first_difference, margin_at
 
 # RECDIFF_EMULATE_GPU=1: the suite on a CPU, "cuda" standing for the CPU and CUDA graphs for their emulation
 # (engine_options["emulate_graphs"]: the same static buffers and replays), Huginn's shapes left out. A check of the
@@ -23,7 +23,7 @@ needs_cuda = pytest.mark.skipif(not (torch.cuda.is_available() or EMULATE), reas
 
 # The greedy choice at a position is a near-tie when its two best logits differ by less than this (the fixtures'
 # median top-2 margin is 0.14 and 0.29, their smallest about 3e-3; fp32 rounding between devices moves logits by
-# ~1e-5). The margin is recomputed without a cache at the sampler's r, as ``python -m recdiff.engine.agreement``
+# ~1e-5). The margin is recomputed without a cache at the sampler's r, as ``python -m recdiff.tools.agreement``
 # does for batched against batch-1 runs on a CPU.
 NEAR_TIE = 1e-2
 

@@ -6,6 +6,9 @@
   the per-request statistics side file are checked too.
 - ``loglikelihood`` and ``loglikelihood_rolling`` against the model's own log-probabilities, one sequence at a time.
 - Bad input: one line.
+
+The fast tier (``make test-fast``) runs the adapter's own checks of its arguments (no lm-eval run); the rest is
+``slow``.
 """
 
 from __future__ import annotations
@@ -27,8 +30,6 @@ from recdiff.benchmarks.arith import generate_split
 from recdiff.benchmarks.gsm8k import flexible_extract, is_match, strict_extract
 from recdiff.errors import RecdiffError
 from tests.lm_eval.conftest import ARITH_MODEL, REPO, write_jsonl
-
-pytestmark = pytest.mark.slow
 
 UNTIL = ["Q:", "</s>", "<|im_end|>"]          # gsm8k_cot's generation_kwargs
 SAMPLER = dict(sampler="diffusion", r_inner=4, epsilon=0.03)
@@ -150,6 +151,7 @@ def scored(tmp_path_factory):
     return res, choice_rows, text_rows
 
 
+@pytest.mark.slow
 def test_multiple_choice_is_scored_at_r(scored):
     res, rows, _ = scored
     model = recdiff.load_model(ARITH_MODEL)
@@ -168,6 +170,7 @@ def test_multiple_choice_is_scored_at_r(scored):
     assert res["results"]["arith_choice_local"]["acc,none"] == pytest.approx(correct / len(rows))
 
 
+@pytest.mark.slow
 def test_rolling_loglikelihood_windows_over_the_context(scored):
     res, _, rows = scored
     model = recdiff.load_model(ARITH_MODEL)
@@ -185,6 +188,7 @@ def test_rolling_loglikelihood_windows_over_the_context(scored):
 # ------------------------------------------------------------------------------------------------ bad input
 
 
+@pytest.mark.slow
 def test_an_unknown_task_is_one_line(capsys):
     from recdiff.lm_eval.__main__ import main
 

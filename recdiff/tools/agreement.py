@@ -1,7 +1,7 @@
 """Batched and batch-1 decoding side by side on a benchmark slice: how many completions agree, and accuracy.
 
-    python -m recdiff.engine.agreement                       # embedded model, 200 of its benchmark's problems, B=32
-    python -m recdiff.engine.agreement --n 200 --batch 32 --samplers static,diffusion
+    python -m recdiff.tools.agreement                       # embedded model, 200 of its benchmark's problems, B=32
+    python -m recdiff.tools.agreement --n 200 --batch 32 --samplers static,diffusion
 
 Batched decoding is exact by construction (each sequence its own row, positions, cache and random stream); what
 can differ is floating-point rounding, since matrix products over 32 rows may sum in another order than over one.
