@@ -14,6 +14,13 @@ overwritten later. Shapes never change during a run, which is what compiled step
 deeper step then leaves that position out (it is masked), exactly as the authors' reference "full" cache does.
 The ``shared`` policy has no such gap (the position contributes its last recurrence) and is the one to use with
 adaptive compute and the diffusion sampler.
+
+``lanes`` (the pipelined self-speculative sampler, :mod:`recdiff.samplers.loopspec`): ``per_step``'s planes, one per
+recurrence, and the coda's too, one per readout depth (:data:`READOUTS`: the first and second early readouts and the
+final one), so that every depth has its own K/V timeline. Several lanes of one sequence run side by side at their
+own depths, some of them at the same position on different branches: a call then names each row's physical index
+(``Call.slot``, apart from the position RoPE and the mask use) and which keys each row sees (``visible``: its
+committed prefix and its branch's ancestors), and each row reads and writes its own plane (a step per row).
 """
 
 from __future__ import annotations
@@ -27,8 +34,9 @@ from torch import Tensor
 from recdiff.config import RecurrentConfig
 from recdiff.errors import RecdiffError
 
-CachePolicy = Literal["shared", "per_step"]
-POLICIES = ("shared", "per_step")
+CachePolicy = Literal["shared", "per_step", "lanes"]
+POLICIES = ("shared", "per_step", "lanes")
+READOUTS = 3  # coda planes under "lanes": the first early readout, the second, the final one
 
 
 @dataclass
@@ -37,7 +45,8 @@ class Call:
 
     ``rows`` maps call rows to cache rows (None: call row b is cache row b, every row); ``pos`` holds absolute
     positions; ``write`` (None: all) says which rows store their K/V (adaptive exits keep a finished row's
-    entries); ``freqs`` and ``mask`` are computed once per call by :func:`make_call`."""
+    entries); ``freqs`` and ``mask`` are computed once per call by :func:`make_call`; ``slot`` (None: ``pos``) the
+    physical index each position's K/V go to (a lane on a branch of its own sits apart from its position)."""
 
     rows: Tensor | None  # (B,) long
     b_idx: Tensor  # (B, T) long: cache row of every position
@@ -45,6 +54,7 @@ class Call:
     freqs: Tensor  # (B, T, 1, head_dim/2, 2)
     mask: Tensor  # (B, 1, T, S) bool: keys each query may see
     write: Tensor | None = None  # (B,) bool
+    slot: Tensor | None = None  # (B, T) long: physical index in the cache row (None: pos)
 
 
 class SlotKV:
@@ -67,16 +77,25 @@ class SlotKV:
         # separate tensors per layer slot, written in place by (row, position): compiled code then updates only the
         # entries it writes (a write into a view of one shared buffer would copy the whole buffer back). Under
         # per_step a core layer's buffer has one plane per recurrence, (max_steps, slots, S, H, D), so that a
-        # compiled recurrence can pick its plane with a step tensor.
+        # compiled recurrence can pick its plane with a step tensor; under lanes a coda layer's has one per readout.
         shape = (slots, length, config.num_key_value_heads, config.head_dim)
-        stacked = (max_steps, *shape)
         self.k, self.v = [], []
         for i in range(self.n_slots):
-            s = stacked if policy == "per_step" and self.n_prelude <= i < self.n_prelude + self.n_core else shape
+            planes = self.planes(i)
+            s = shape if planes is None else (planes, *shape)
             self.k.append(torch.zeros(s, device=device, dtype=dtype))
             self.v.append(torch.zeros(s, device=device, dtype=dtype))
         # per_step only: core recurrences written for each position, to mask deeper steps a position never ran
         self.depth = torch.zeros((slots, length), device=device, dtype=torch.int32) if policy == "per_step" else None
+
+    def planes(self, slot: int) -> int | None:
+        """Planes of a layer slot's buffer (None: one, unstacked)."""
+        core = self.n_prelude <= slot < self.n_prelude + self.n_core
+        if core and self.policy in ("per_step", "lanes"):
+            return self.max_steps
+        if slot >= self.n_prelude + self.n_core and self.policy == "lanes":
+            return READOUTS
+        return None
 
     # layer-slot indices ---------------------------------------------------------------------------------
     def core_slot(self, layer: int) -> int:
@@ -87,18 +106,20 @@ class SlotKV:
 
     # writes and reads -----------------------------------------------------------------------------------
     def update(self, slot: int, call: Call, k: Tensor, v: Tensor, step: int | Tensor = 0) -> tuple[Tensor, Tensor]:
-        """Store k, v ``(B, T, H, D)`` at the call's positions (under ``per_step``, in the plane of recurrence
-        ``step``: an int, or a 0-d tensor inside compiled code); return the call rows' keys and values
-        ``(B, H, S, D)`` for attention."""
-        kb, vb = self.k[slot], self.v[slot]  # (slots, S, H, D), or (max_steps, slots, S, H, D)
+        """Store k, v ``(B, T, H, D)`` at the call's positions (its ``slot`` where given); in a stacked buffer in the
+        plane ``step``: an int, a 0-d tensor inside compiled code, or one plane per row ``(B,)`` (lanes at their
+        own depths). Return the call rows' keys and values ``(B, H, S, D)`` for attention."""
+        kb, vb = self.k[slot], self.v[slot]  # (slots, S, H, D), or (planes, slots, S, H, D)
         if kb.dim() == 5 and not isinstance(step, Tensor):
-            if step >= self.max_steps:
-                raise RecdiffError(f"per_step cache was set up for {self.max_steps} recurrences, "
+            if step >= kb.shape[0]:
+                raise RecdiffError(f"per_step cache was set up for {kb.shape[0]} recurrences, "
                                    f"step {step + 1} requested")
             kb, vb = kb[step], vb[step]
-        index: tuple[Tensor, ...] = (call.b_idx, call.pos)
+        where = call.pos if call.slot is None else call.slot
+        index: tuple[Tensor, ...] = (call.b_idx, where)
         if kb.dim() == 5:
-            index = (step.expand_as(call.pos), *index)  # type: ignore[union-attr]
+            plane = step if step.dim() == 0 else step[:, None]  # type: ignore[union-attr]
+            index = (plane.expand_as(where), *index)
         if call.write is not None:  # rows that exited keep what they wrote last
             w = call.write[:, None, None, None]
             k = torch.where(w, k, kb[index])
@@ -106,6 +127,9 @@ class SlotKV:
         kb.index_put_(index, k)
         vb.index_put_(index, v)
         n = call.mask.shape[-1]  # the positions this call attends to (a prefix of the cache)
+        if kb.dim() == 5 and step.dim() == 1:  # type: ignore[union-attr]  # each row its own plane
+            rows = call.b_idx[:, 0]
+            return kb[:, :, :n][step, rows].transpose(1, 2), vb[:, :, :n][step, rows].transpose(1, 2)
         if kb.dim() == 5:  # a step tensor picks the plane: a copy of the positions this call reads
             at = step.reshape(1)  # type: ignore[union-attr]
             kb, vb = kb[:, :, :n].index_select(0, at)[0], vb[:, :, :n].index_select(0, at)[0]
@@ -113,6 +137,15 @@ class SlotKV:
         if call.rows is not None:
             kb, vb = kb.index_select(0, call.rows), vb.index_select(0, call.rows)
         return kb.transpose(1, 2), vb.transpose(1, 2)  # (B, H, S, D)
+
+    def move(self, row: int, src: int, dst: int) -> None:
+        """Every layer's K/V of physical index ``src`` of cache ``row`` to ``dst``, in every plane (a lane that
+        leaves its branch's side place for its position)."""
+        for buf in self.k + self.v:
+            if buf.dim() == 5:
+                buf[:, row, dst] = buf[:, row, src]
+            else:
+                buf[row, dst] = buf[row, src]
 
     def nbytes(self) -> int:
         return sum(t.nbytes for t in self.k + self.v)
@@ -122,10 +155,14 @@ class SlotKV:
 
 
 def make_call(freqs_cis: Tensor, pos: Tensor, length: int, rows: Tensor | None = None,
-              write: Tensor | None = None) -> Call:
-    """A call at absolute positions ``pos`` ``(B, T)``; keys are the ``length`` positions of each row."""
+              write: Tensor | None = None, slot: Tensor | None = None, visible: Tensor | None = None) -> Call:
+    """A call at absolute positions ``pos`` ``(B, T)``; keys are the ``length`` positions of each row, seen causally
+    by position, or where ``visible`` ``(B, length)`` says (one-position rows: lanes, each on its own branch)."""
     B, T = pos.shape
     b_idx = (torch.arange(B, device=pos.device) if rows is None else rows)[:, None].expand(B, T)
     freqs = freqs_cis[0, pos.clamp(max=freqs_cis.shape[1] - 1)]  # (B, T, 1, D/2, 2); rows past the table are padding
-    mask = (torch.arange(length, device=pos.device)[None, None, :] <= pos[:, :, None])[:, None]  # causal
-    return Call(rows=rows, b_idx=b_idx, pos=pos, freqs=freqs, mask=mask, write=write)
+    if visible is None:
+        mask = (torch.arange(length, device=pos.device)[None, None, :] <= pos[:, :, None])[:, None]  # causal
+    else:
+        mask = visible[:, None, None, :length].expand(B, 1, T, length)
+    return Call(rows=rows, b_idx=b_idx, pos=pos, freqs=freqs, mask=mask, write=write, slot=slot)

@@ -145,13 +145,14 @@ class RecurrentDepthModel(nn.Module):
         return x
 
     def decode(self, state: Tensor, call: Call | None = None, cache: SlotKV | None = None,
-               float32: bool = True) -> Tensor:
+               float32: bool = True, plane: int | Tensor = 0) -> Tensor:
         """C: raw states → float32 logits ``(B, T, V)`` (``float32=False``: in the model's dtype, which converts to
-        float32 exactly; what a buffer of many rows' logits holds at half the memory)."""
+        float32 exactly; what a buffer of many rows' logits holds at half the memory). ``plane``: the coda's K/V
+        plane in a cache with one per readout depth (``lanes``; per row, a ``(B,)`` tensor)."""
         freqs = self._freqs(state.shape[1], call)
         x = self.transformer.ln_f(state) if self.ln_f_on_state else state
         for i, block in enumerate(self.transformer.coda):
-            x = block(x, freqs, None if call is None else (cache, call, cache.coda_slot(i), 0))
+            x = block(x, freqs, None if call is None else (cache, call, cache.coda_slot(i), plane))
         logits = self.lm_head(self.transformer.ln_f(x))
         return logits.float() if float32 else logits
 

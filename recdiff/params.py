@@ -156,9 +156,12 @@ class Param:
     latex: str = ""                      # the symbol typeset (Table 1's row labels)
     space: ParamSpace | None = None      # numeric search range; a categorical one comes from the type
 
-    def __call__(self, check: Check | None = None, meaning: str | None = None) -> Any:
-        declared = dataclasses.replace(self, check=check or self.check, meaning=meaning or self.meaning)
-        return field(default=self.default, metadata={"param": declared, "declaration": self})
+    def __call__(self, check: Check | None = None, meaning: str | None = None, default: Any = MISSING) -> Any:
+        """The field of a sampler that takes this parameter; ``default``: the sampler's own, where it differs."""
+        default = self.default if default is MISSING else default
+        declared = dataclasses.replace(self, check=check or self.check, meaning=meaning or self.meaning,
+                                       default=default)
+        return field(default=default, metadata={"param": declared, "declaration": self})
 
     def plot_label(self, key: str) -> str:
         return self.label or self.symbol or key
@@ -213,6 +216,9 @@ R_DRAFT = Param(4, recurrence, "recurrences per drafted token",
                 label="draft depth", latex=r"r_{\text{draft}}", space=numeric(1, 64, log=True))
 LOOKAHEAD = Param(4, positive_int, "tokens drafted per round, verified in one pass at r",
                   label="lookahead", latex=r"\text{lookahead}", space=numeric(1, 32, log=True))
+R_DRAFT2 = Param(None, optional(recurrence),
+                 "second early readout's depth K·X (a multiple of r_draft below r); null: one early readout",
+                 label="second readout depth", latex=r"r_{\text{draft2}}", space=numeric(2, 64, log=True))
 
 
 # ------------------------------------------------------------------------------------------------ samplers
@@ -308,6 +314,35 @@ class SpeculativeParams(SamplerParams):
     rules: ClassVar[tuple[Rule, ...]] = (at_most("r_draft", "r"),)
 
 
+def readout_depths(p: dict[str, Any]) -> str | None:
+    """`r_draft` divides `r` and is below it; `r_draft2`, if set, a multiple of `r_draft` between it and `r`"""
+    r, k, k2 = p.get("r"), p.get("r_draft"), p.get("r_draft2")
+    if r is None or k is None:
+        return None
+    if k >= r or r % k:
+        return f"r_draft={k} must divide r={r} and be below it (every readout falls at the end of a cycle of r_draft)"
+    if k2 is not None and (k2 % k or not k < k2 < r):
+        return f"r_draft2={k2} must be a multiple of r_draft={k} above it and below r={r}"
+    return None
+
+
+@dataclass
+class LoopSpecParams(SamplerParams):
+    """Pipelined self-speculative decoding (LoopSpec): every token is read out early at depth r_draft (and at
+    r_draft2), the readout's token starts its own recurrence at once in a new lane while its parent runs on to r,
+    and a token is committed only by the full-depth readout, so that greedy output is static AR's at r with per-step
+    KV caches, and sampled output has its distribution (speculative rejection sampling)."""
+
+    name: str = "loopspec"
+    r: int = R(meaning="full depth S: recurrences of the readout that commits each token")
+    r_draft: int = R_DRAFT(meaning="first early readout's depth K (a cycle: K recurrences of every live lane)")
+    r_draft2: Optional[int] = R_DRAFT2()
+    init_scale: float = INIT_SCALE()
+    kv_cache: KVCache = KV_CACHE(check=one_of("per_step"), default=KVCache.per_step,
+                                 meaning="`per_step` only: every depth its own K/V timeline")
+    rules: ClassVar[tuple[Rule, ...]] = (readout_depths,)
+
+
 @dataclass
 class Provenance:
     """Where a tuned preset (``conf/sampler/tuned/<name>.yaml``, written by ``python -m recdiff.tune``) was tuned and
@@ -356,6 +391,7 @@ class DiffusionParams(SamplerParams):
 
 SAMPLER_PARAMS: dict[str, type[SamplerParams]] = {
     "static": StaticParams, "adaptive": AdaptiveParams, "speculative": SpeculativeParams, "diffusion": DiffusionParams,
+    "loopspec": LoopSpecParams,
 }
 
 

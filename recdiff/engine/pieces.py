@@ -6,6 +6,8 @@ else. ``args`` are the call's tensors, in order: what the piece works on, then `
 ``keys`` (a slice of ``runner.key_range``: its length is the number of cache positions attended to), ``write`` (B,)
 bool (rows that store their K/V), and where the call is a prefill of some slots, ``rows`` (B,) their cache rows.
 Under ``per_step`` a core piece also takes ``step`` (0-d long): the recurrence index of its first recurrence.
+The lane pieces (one-position rows of a lanes cache, each at its own depth and branch) take ``pos``, ``slot`` (each
+row's physical index), ``visible`` (B, keys) bool and ``rows`` instead, and a core or decode one ``plane`` (B,).
 """
 
 from __future__ import annotations
@@ -123,3 +125,42 @@ def exit_piece(n: int, per_step: bool, epsilon: float) -> Piece:
         return z, exited, taken
 
     return piece
+
+
+@functools.cache
+def plane_decode_piece(plane: int) -> Piece:
+    """C of a prefill into a lanes cache, its coda K/V in readout plane ``plane`` (float32 logits)."""
+
+    def piece(model: RecurrentDepthModel, run: Runner, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        z, pos, keys, write, *rows = args
+        return (model.decode(z, _call(run, pos, keys, write, *rows), run.cache, True, plane),)
+
+    return piece
+
+
+def lane_call(run: Runner, pos: Tensor, slot: Tensor, visible: Tensor, rows: Tensor) -> Call:
+    return make_call(run.freqs, pos, visible.shape[1], rows, None, slot, visible)
+
+
+def lane_embed_piece(model: RecurrentDepthModel, run: Runner, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    ids, pos, slot, visible, rows = args
+    return (model.embed(ids, lane_call(run, pos, slot, visible, rows), run.cache),)
+
+
+@functools.cache
+def lane_core_piece(n: int) -> Piece:
+    """``n`` recurrences of lanes, each from its own plane on."""
+
+    def piece(model: RecurrentDepthModel, run: Runner, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        z, e, pos, slot, visible, rows, plane = args
+        call = lane_call(run, pos, slot, visible, rows)
+        for j in range(n):
+            z = model.core_step(z, e, call, run.cache, plane + j)
+        return (z,)
+
+    return piece
+
+
+def lane_decode_piece(model: RecurrentDepthModel, run: Runner, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    z, pos, slot, visible, rows, plane = args
+    return (model.decode(z, lane_call(run, pos, slot, visible, rows), run.cache, True, plane),)

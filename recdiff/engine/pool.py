@@ -23,7 +23,7 @@ def get_runner(model: RecurrentDepthModel, slots: int, length: int, policy: str 
                max_steps: int = 1) -> Runner:
     """The kept runner of this shape: any of ``slots`` rows, ``policy`` and the model's compile option with room
     enough (at least ``length`` positions and ``max_steps`` cache planes); a new one otherwise."""
-    steps = max_steps if policy == "per_step" else 1
+    steps = max_steps if policy in ("per_step", "lanes") else 1
     compile = bool(model.engine_options.get("compile"))
     runners = model.__dict__.setdefault("_runners", {})
     if compile:  # compiled pieces hold copies of the weights: weights changed in place or moved → compile anew

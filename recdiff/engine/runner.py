@@ -37,7 +37,11 @@ from recdiff.engine.pieces import (
     decode_piece,
     embed_piece,
     exit_piece,
+    lane_core_piece,
+    lane_decode_piece,
+    lane_embed_piece,
     own_calls,
+    plane_decode_piece,
     raw_decode_piece,
     window_piece,
 )
@@ -95,7 +99,8 @@ class Runner:
         # whole steps replayed from graphs: CUDA graphs when compiling on a GPU; "emulate_graphs" replays the same
         # static-buffer protocol without CUDA, so the graph path's bookkeeping is tested on a CPU
         emulate = bool(model.engine_options.get("emulate_graphs"))
-        self.cuda_graphs = policy == "shared" and (emulate or (compile and p.device.type == "cuda"))
+        self.cuda_graphs = policy in ("shared", "lanes") and (emulate or (compile and p.device.type == "cuda"))
+        self.per_step = policy in ("per_step", "lanes")  # core K/V in one plane per recurrence
         self.graphs = Graphs(emulate, functools.partial(own_calls, self), self.keeps)
         self._buffers: dict[tuple, Tensor] = {}
         self._row_grids: dict[int, Tensor] = {}
@@ -190,8 +195,11 @@ class Runner:
         return self.run(f"window-eta{eta!r}", window_piece(eta), args)  # type: ignore[return-value]
 
     def decode(self, z: Tensor, pos: Tensor, keys: int, rows: Tensor | None = None,
-               write: Tensor | None = None, float32: bool = True) -> Tensor:
+               write: Tensor | None = None, float32: bool = True, plane: int = 0) -> Tensor:
+        """C; ``plane``: the coda's K/V plane of a lanes cache (its readout depth)."""
         pkw, rows_arg = self._tail(pos, keys, write, rows)
+        if plane:
+            return self.run(f"decode{len(rows_arg)}-plane{plane}", plane_decode_piece(plane), (z, *pkw, *rows_arg))[0]
         if not float32:
             return self.run(f"decode-raw{len(rows_arg)}", raw_decode_piece, (z, *pkw, *rows_arg))[0]
         return self.run(f"decode{len(rows_arg)}", decode_piece, (z, *pkw, *rows_arg))[0]
@@ -199,7 +207,7 @@ class Runner:
     def _step_arg(self, step: int) -> tuple[Any, ...]:
         """The recurrence index a per_step core piece takes: an int eagerly (its plane is a view), a 0-d tensor
         compiled (one graph for every step)."""
-        if self.policy != "per_step":
+        if not self.per_step:
             return ()
         return (torch.tensor(step, device=self.device),) if self.compiled else (step,)
 
@@ -209,7 +217,7 @@ class Runner:
         compiled, in calls of ``CHUNK`` (and single ones for the rest). A prefill of some rows (``rows``) runs single
         recurrences: its graphs are compiled for admissions alone, and a chunk of four compiles four times longer."""
         pos_keys_write, rows_arg = self._tail(pos, keys, write, rows)
-        per_step = self.policy == "per_step"
+        per_step = self.per_step
         k = 0
         while k < n:
             m = CHUNK if self.compiled and n - k >= CHUNK and rows is None else 1
@@ -222,7 +230,7 @@ class Runner:
                    epsilon: float, step0: int) -> tuple[Tensor, Tensor, Tensor]:
         """``n`` recurrences of a decoding step over every slot with adaptive exits at ``epsilon``
         (:func:`~recdiff.engine.pieces.exit_piece`)."""
-        per_step = self.policy == "per_step"
+        per_step = self.per_step
         args = (z, e, exited, taken, pos, self.key_range[:keys], *self._step_arg(step0))
         piece = exit_piece(n, per_step, epsilon)
         return self.run(f"exit{n}-{per_step}-{epsilon!r}", piece, args)  # type: ignore[return-value]
@@ -235,6 +243,29 @@ class Runner:
         if z is None:
             z = torch.zeros_like(e)
         return self.decode(self.cores(z, e, pos, keys, r), pos, keys)
+
+    # ------------------------------------------------------------------------------------------ lanes
+    # One-position rows at their own positions, physical indices, depths and branches (a lanes cache): the pipelined
+    # self-speculative sampler's calls (recdiff/samplers/loopspec.py). ``visible`` (B, keys) bool: the keys each row
+    # sees; ``rows`` (B,) their cache rows; ``plane`` (B,) each row's recurrence (cores) or readout (decode).
+    def lane_embed(self, ids: Tensor, pos: Tensor, slot: Tensor, visible: Tensor, rows: Tensor) -> Tensor:
+        """P."""
+        return self.run("lane-embed", lane_embed_piece, (ids, pos, slot, visible, rows))[0]
+
+    def lane_cores(self, z: Tensor, e: Tensor, pos: Tensor, slot: Tensor, visible: Tensor, rows: Tensor,
+                   plane: Tensor, n: int) -> Tensor:
+        """``n`` recurrences, each row from its own ``plane`` on; compiled in calls of ``CHUNK``."""
+        k = 0
+        while k < n:
+            m = (CHUNK if n - k >= CHUNK else 1) if self.compiled else n - k
+            z = self.run(f"lane-core{m}", lane_core_piece(m), (z, e, pos, slot, visible, rows, plane + k))[0]
+            k += m
+        return z
+
+    def lane_decode(self, z: Tensor, pos: Tensor, slot: Tensor, visible: Tensor, rows: Tensor,
+                    plane: Tensor) -> Tensor:
+        """C, each row's coda K/V in its readout's ``plane``: float32 logits ``(B, 1, V)``."""
+        return self.run("lane-decode", lane_decode_piece, (z, pos, slot, visible, rows, plane))[0]
 
     # ------------------------------------------------------------------------------------------ prefill
     def prefill_start(self, prompts: list[list[int]], slots: list[int], init_scale: float = 0.0,

@@ -13,7 +13,7 @@ from recdiff.errors import RecdiffError
 from recdiff.model import RecurrentDepthModel
 from recdiff.samplers.base import GenerationResult, Options, Selector, StopCondition, default_stop_ids
 
-SAMPLERS = ("static", "adaptive", "speculative", "diffusion")
+SAMPLERS = ("static", "adaptive", "speculative", "diffusion", "loopspec")
 
 
 def sampler_spec(name: str) -> dict[str, tuple[Any, Any]]:

@@ -45,6 +45,11 @@ class Selector:
         """``(N, V)`` float logits → ``(N,)`` token ids."""
         if self.temperature == 0:
             return logits.argmax(dim=-1)
+        return torch.multinomial(self.probs(logits), 1, generator=generator).squeeze(-1)
+
+    def probs(self, logits: Tensor) -> Tensor:
+        """The distribution a sampled token is drawn from: ``(N, V)`` float logits → float32 probabilities at the
+        temperature, cut to the top-p nucleus (not renormalised: a draw scales by the sum)."""
         probs = torch.softmax(logits.float() / self.temperature, dim=-1)
         if self.top_p < 1:
             sorted_p, idx = probs.sort(dim=-1, descending=True)
@@ -52,7 +57,7 @@ class Selector:
             drop = (sorted_p.cumsum(-1) - sorted_p) >= self.top_p
             sorted_p = sorted_p.masked_fill(drop, 0.0)
             probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        return probs
 
     def rows(self, logits: Tensor, generators: list[torch.Generator | None]) -> Tensor:
         """One selection per row of ``(B, V)`` logits; rows whose generator is None are skipped (greedy: all)."""

@@ -1,0 +1,299 @@
+"""Pipelined self-speculative decoding (LoopSpec: kaist-flexml-lab/loopspec), for a batch of slots.
+
+A prompt is prefilled at the full depth ``r`` (S), every recurrence's K/V in its own plane, and the coda's at each
+readout depth too (:data:`recdiff.cache.READOUTS`): its first token is the full-depth readout's. Then every *cycle*
+runs ``r_draft`` (K) recurrences of every live lane of every sequence in one core call per recurrence, each lane at
+its own depth (:mod:`recdiff.samplers.lanes` keeps the lanes): a new lane's P first, then the recurrences, then the
+coda of the lanes that reached a readout depth. A readout at depth K (and at ``r_draft2``, K·X) proposes the next
+token, which starts a child lane; the readout at S commits it (:meth:`lanes.Tree.commit`). Each depth has its own
+K/V timeline: a lane at recurrence d attends to the K/V of recurrence d of the committed prefix and of its own
+ancestors, as static AR with per-step caches computes, so greedy output is exactly static AR's at r
+(``kv_cache="per_step"``) and sampled output has its distribution (:mod:`recdiff.samplers.rejection`).
+
+Per committed token the sequence waits K recurrences when q1 was right, K·X when q2 was, S when neither; all lanes
+together still run S recurrences per token (and those of dropped lanes): width for latency.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import Tensor
+
+from recdiff.cache import READOUTS
+from recdiff.checks import validate
+from recdiff.engine.pool import cache_length, get_runner
+from recdiff.engine.runner import Runner
+from recdiff.engine.scheduler import Request
+from recdiff.params import LoopSpecParams
+from recdiff.samplers import rejection
+from recdiff.samplers.base import GenerationResult, Options, check_fits
+from recdiff.samplers.lanes import Lane, Schedule, Tree
+
+SPEC = LoopSpecParams.spec()   # the parameters are declared in recdiff/params.py
+RULES = LoopSpecParams.rules
+FINAL = READOUTS - 1           # the coda plane of the full-depth readout
+
+
+def make_batch(opts: Options, params: dict) -> LoopSpecBatch:
+    return LoopSpecBatch(opts, validate("loopspec", params, SPEC, RULES))
+
+
+class LoopSpecBatch:
+    def __init__(self, opts: Options, p: dict) -> None:
+        m = opts.model
+        self.opts, self.slots, self.init_scale = opts, opts.slots, p["init_scale"]
+        self.schedule = Schedule(p["r"], p["r_draft"], p["r_draft2"])
+        self.lanes_per_seq = self.schedule.max_lanes
+        block = m.config.block_size
+        # side places for lanes on a branch of their own, past the block (cache_length's pad holds them)
+        self.side = list(range(block, block + self.schedule.side_places))
+        self.runner = get_runner(m, opts.slots, cache_length(m, len(self.side) + 1), "lanes",
+                                 max_steps=self.schedule.S)
+        run = self.runner
+        # every lane's state and P output, in a bank row of its own; the last row is padding rows' (graphs, compile)
+        n = self.slots * self.lanes_per_seq + 1
+        self.z = run.buffer("loopspec-z", (n, 1, m.config.n_embd), run.dtype)
+        self.e = run.buffer("loopspec-e", (n, 1, m.config.n_embd), run.dtype)
+        self.pad_bank = n - 1
+        self.free_bank = list(range(n - 2, -1, -1))
+        self.req: list[Request | None] = [None] * self.slots
+
+    def check(self, index: int | None, prompt_len: int, max_new_tokens: int) -> None:
+        check_fits(self.opts.model, prompt_len, prompt_len + max_new_tokens, index)
+
+    # ------------------------------------------------------------------------------------------ prefill
+    def admit(self, entries: list[tuple[int, Request]]) -> None:
+        run, sch = self.runner, self.schedule
+        reqs = [q for _, q in entries]
+        p = run.prefill_start([q.prompt for q in reqs], [b for b, _ in entries], self.init_scale,
+                              [q.generator for q in reqs])
+        z, depth = p.z0, 0
+        for end, plane in sorted(sch.readouts.items()):  # the coda's K/V at every readout depth, for the drafts
+            z = run.cores(z, p.e, p.pos, p.T, end + 1 - depth, p.rows, step0=depth)
+            depth = end + 1
+            logits = run.decode(z, p.pos, p.T, p.rows, plane=plane)
+        last = torch.tensor(p.lens, device=run.device) - 1
+        logits = logits[torch.arange(len(p.lens), device=run.device), last]
+        for i, (slot, req) in enumerate(entries):
+            tok = int(self.opts.select(logits[i : i + 1], req.generator)[0])
+            L = len(req.prompt)
+            tree = Tree(L, self.side)
+            req.data = {"slot": slot, "tree": tree, "stopped_by": "length", "done": False, "cycles": 0,
+                        "core_passes": sch.S, "tokens_forward": sch.S * L, "q1": [0, 0], "q2": [0, 0],
+                        "peak_lanes": 0, "accepted": []}
+            self.req[slot] = req
+            self._commit_first(req, tok)
+
+    def _commit_first(self, req: Request, tok: int) -> None:
+        tree = req.data["tree"]
+        tree.tokens.append(tok)
+        if not self._stops(req):
+            self._start(req, 1, tok, None, None)
+
+    def _stops(self, req: Request) -> bool:
+        """Whether the last committed token ends the sequence."""
+        d, tokens = req.data, req.data["tree"].tokens
+        stop = self.opts.stop.first_stop(tokens, len(tokens) - 1)
+        if stop:
+            del tokens[stop[0]:]
+            d["stopped_by"], d["done"] = stop[1], True
+        elif len(tokens) >= req.max_new_tokens:
+            d["done"] = True
+        return d["done"]
+
+    def _start(self, req: Request, index: int, token: int, parent: Lane | None, origin: int | None) -> Lane:
+        lane = req.data["tree"].start(index, token, self.free_bank.pop(), parent, origin)
+        return lane
+
+    def _release(self, lanes: list[Lane]) -> None:
+        self.free_bank.extend(lane.bank for lane in lanes)
+
+    # ------------------------------------------------------------------------------------------ one cycle
+    def step(self) -> list[int]:
+        live = [b for b, q in enumerate(self.req) if q is not None and not q.data["done"]]
+        if live:
+            self._cycle(live)
+        return [b for b, q in enumerate(self.req) if q is not None and q.data["done"]]
+
+    def _cycle(self, live: list[int]) -> None:
+        run, sch = self.runner, self.schedule
+        lanes = [(b, lane) for b in live for lane in self.req[b].data["tree"].lanes]
+        for b in live:
+            d = self.req[b].data
+            d["cycles"] += 1
+            d["core_passes"] += sch.K * len(d["tree"].lanes)
+            d["tokens_forward"] += sch.K * len(d["tree"].lanes)
+            d["peak_lanes"] = max(d["peak_lanes"], len(d["tree"].lanes))
+        # the keys every call of the cycle attends to, and one place past them for padding rows
+        needed = max(max(self.req[b].data["tree"].committed_end for b in live),
+                     max(lane.slot for _, lane in lanes) + 1) + 1
+        keys = run.keys(needed)
+        junk = keys - 1
+        new = [(b, lane) for b, lane in lanes if lane.stage == 0]
+        if new:
+            self._embed(new, keys, junk)
+        most = self.slots * self.lanes_per_seq
+        rows = self._rows(lanes, run.width(len(lanes), most), keys, junk)
+        bank = rows["bank"]
+        cores = functools.partial(_lane_cores, run, sch.K)
+        z = run.graphed(f"loopspec-cores{sch.K}-k{keys}", cores, self.z[bank], self.e[bank], rows["pos"],
+                        rows["slot"], rows["visible"], rows["rows"], rows["stage"])
+        self.z[bank[: len(lanes)]] = z[: len(lanes)]
+        out = [(i, b, lane) for i, (b, lane) in enumerate(lanes) if lane.stage + sch.K - 1 in sch.readouts]
+        if out:
+            ro = self._rows([(b, lane) for _, b, lane in out], run.width(len(out), most), keys, junk)
+            pad = len(ro["pos"]) - len(out)
+            at = torch.tensor([i for i, _, _ in out] + [0] * pad, device=run.device)
+            plane = torch.tensor([sch.readouts[lane.stage + sch.K - 1] for _, _, lane in out] + [0] * pad,
+                                 device=run.device)
+            decode = functools.partial(_lane_decode, run)
+            logits = run.graphed(f"loopspec-decode-k{keys}", decode, z[at], ro["pos"], ro["slot"], ro["visible"],
+                                 ro["rows"], plane)[: len(out), -1]
+            self._decide(out, logits)
+        for _, lane in lanes:
+            lane.stage += sch.K
+
+    def _rows(self, lanes: list[tuple[int, Lane]], width: int, keys: int, junk: int) -> dict[str, Tensor]:
+        """The call arguments of ``lanes`` padded to ``width`` rows: a padding row sits at the junk place of cache
+        row 0 and sees only that place (no lane's place, never another row's keys)."""
+        run, n = self.runner, len(lanes)
+        pad = width - n
+        ends = [self.req[b].data["tree"].committed_end for b, _ in lanes] + [0] * pad
+        cols = [(i, s) for i, (b, lane) in enumerate(lanes) for s in self.req[b].data["tree"].visible(lane)]
+        cols += [(n + i, junk) for i in range(pad)]
+        dev = run.device
+        visible = run.key_range[:keys][None, :] < torch.tensor(ends, device=dev)[:, None]
+        at = torch.tensor(cols, device=dev)
+        visible[at[:, 0], at[:, 1]] = True
+        long = dict(dtype=torch.long, device=dev)
+        return {
+            "ids": torch.tensor([lane.token for _, lane in lanes] + [0] * pad, **long)[:, None],
+            "pos": torch.tensor([lane.pos for _, lane in lanes] + [0] * pad, **long)[:, None],
+            "slot": torch.tensor([lane.slot for _, lane in lanes] + [junk] * pad, **long)[:, None],
+            "rows": torch.tensor([b for b, _ in lanes] + [0] * pad, **long),
+            "stage": torch.tensor([lane.stage for _, lane in lanes] + [0] * pad, **long),
+            "bank": torch.tensor([lane.bank for _, lane in lanes] + [self.pad_bank] * pad, **long),
+            "visible": visible,
+        }
+
+    def _embed(self, new: list[tuple[int, Lane]], keys: int, junk: int) -> None:
+        """P of the lanes that start this cycle, and their initial states (zeros, or InitState(α) from each
+        sequence's own stream)."""
+        run, m = self.runner, self.opts.model
+        rows = self._rows(new, run.width(len(new), self.slots * self.lanes_per_seq), keys, junk)
+        e = run.graphed(f"loopspec-embed-k{keys}", functools.partial(_lane_embed, run), rows["ids"], rows["pos"],
+                        rows["slot"], rows["visible"], rows["rows"])
+        bank = rows["bank"][: len(new)]
+        self.e[bank] = e[: len(new)]
+        self.z[bank] = 0
+        if self.init_scale > 0:
+            for b, lane in new:
+                self.z[lane.bank] = m.initial_state(self.z[lane.bank][None], self.init_scale,
+                                                    self.req[b].generator)[0]
+
+    # ------------------------------------------------------------------------------------------ decisions
+    def _decide(self, out: list[tuple[int, int, Lane]], logits: Tensor) -> None:
+        """The readouts' proposals and commits, sequence by sequence, lanes in the order they started (each
+        sequence's draws in an order of its own)."""
+        sch, select = self.schedule, self.opts.select
+        if select.greedy:
+            tokens = logits.argmax(-1).tolist()  # the cycle's one read-back
+            probs = None
+        else:
+            tokens, probs = [None] * len(out), select.probs(logits)
+        finals = []
+        for j, (_, b, lane) in enumerate(out):
+            req, end = self.req[b], lane.stage + sch.K - 1
+            if end == sch.S - 1:
+                finals.append((j, b, lane))
+                continue
+            gen = req.generator
+            if end == sch.K - 1:  # q1: the first proposal
+                if probs is None:
+                    lane.first = tokens[j]
+                else:
+                    lane.q1 = probs[j]
+                    lane.first = rejection.draw(lane.q1, gen)
+                self._child(req, lane, lane.first, end)
+            elif req.data["tree"].has_place(lane.index + 1):  # q2: a second proposal where it differs from the first
+                if probs is None:
+                    if tokens[j] != lane.first:
+                        lane.second = tokens[j]
+                else:
+                    lane.r2 = rejection.second_proposal(lane.q1, probs[j], lane.first)
+                    if lane.r2 is not None:
+                        lane.second = rejection.draw(lane.r2, gen)
+                if lane.second is not None:
+                    self._child(req, lane, lane.second, end)
+        for j, b, lane in finals:
+            self._final(self.req[b], lane, tokens[j], None if probs is None else probs[j])
+
+    def _child(self, req: Request, lane: Lane, token: int, origin: int) -> None:
+        """A lane from a proposal, within the length limit and where a place is free (else the token, if it is
+        committed, starts a fresh lane then)."""
+        if lane.index + 1 < req.max_new_tokens and req.data["tree"].has_place(lane.index + 1):
+            self._start(req, lane.index + 1, token, lane, origin)
+
+    def _final(self, req: Request, lane: Lane, token: int | None, p: Tensor | None) -> None:
+        sch, d = self.schedule, req.data
+        if p is None:  # greedy: the full-depth token; which proposal (if any) it was
+            which = 1 if token == lane.first else 2 if lane.second is not None and token == lane.second else 0
+        elif lane.first is None:
+            token, which = rejection.draw(p, req.generator), 0
+        else:
+            token, which = rejection.verify(p, lane.q1, lane.first, lane.r2, lane.second, req.generator)
+        if lane.first is not None:
+            d["q1"][0] += 1
+            d["q1"][1] += which == 1
+        if lane.second is not None and which != 1:
+            d["q2"][0] += 1
+            d["q2"][1] += which == 2
+        d["accepted"].append(which)
+        accepted = {1: sch.K - 1, 2: None if sch.K2 is None else sch.K2 - 1}.get(which)
+        tree: Tree = d["tree"]
+        kept, dropped, move = tree.commit(lane, token, accepted)
+        self._release(dropped)
+        if move is not None:
+            self.runner.cache.move(d["slot"], *move)
+        if self._stops(req):
+            self._release(tree.drop_all())
+        elif kept is None:
+            self._start(req, lane.index + 1, token, None, sch.S - 1)
+
+    # ------------------------------------------------------------------------------------------ results
+    def finish(self, slot: int) -> GenerationResult:
+        req, self.req[slot] = self.req[slot], None
+        d = req.data
+        self._release(d["tree"].drop_all())
+        tokens = d["tree"].tokens
+        decoded = max(len(tokens) - 1, 1)
+        stats = {
+            "core_passes": d["core_passes"],
+            "tokens_forward": d["tokens_forward"],
+            "steps": d["cycles"],
+            "new_tokens": len(tokens),
+            "q1_acceptance": d["q1"][1] / d["q1"][0] if d["q1"][0] else None,
+            "q2_acceptance": d["q2"][1] / d["q2"][0] if d["q2"][0] else None,
+            # recurrences a token waited for after the first (the prefill's): K per cycle
+            "sequential_per_token": d["cycles"] * self.schedule.K / decoded,
+            "peak_lanes": d["peak_lanes"],
+            "accepted": d["accepted"],  # per committed token after the first: 1 q1, 2 q2, 0 neither
+            "kv_cache_bytes": self.runner.cache.bytes_per_slot(),
+        }
+        return GenerationResult(tokens=tokens, stats=stats, stopped_by=d["stopped_by"])
+
+
+# the cycle's model calls as graphs capture them: functions of the runner and tensors alone (a graph outlives a batch)
+def _lane_embed(run: Runner, *args: Tensor) -> Tensor:
+    return run.lane_embed(*args)
+
+
+def _lane_cores(run: Runner, n: int, z: Tensor, e: Tensor, *args: Tensor) -> Tensor:
+    *where, stage = args
+    return run.lane_cores(z, e, *where, stage, n)
+
+
+def _lane_decode(run: Runner, *args: Tensor) -> Tensor:
+    return run.lane_decode(*args)
