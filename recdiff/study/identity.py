@@ -44,7 +44,7 @@ STUDY_WIDE = ("model.", "run.temperature", "run.top_p", "run.reference", "run.ti
 # Keys of the config that do not change what a trial measures (left out of the configuration's hash). run.repeats
 # only narrows the timing's intervals: a COMPLETE configuration is not measured again for it. run.reference,
 # run.timing_threads and run.timing_batch are part of the identity instead (timing_identity). sampler.preset is where
-# a tuned preset came from (recdiff/tune/preset.py), not a setting.
+# a tuned preset came from (recdiff/presets.py), not a setting.
 VOLATILE_KEYS = ("study", "worker", "run.progress", "run.repeats", "run.reference", "run.timing_threads",
                  "run.timing_batch", "sampler.preset")
 # Keys hashed at these values though the config no longer has them, so that trials recorded before they left still

@@ -91,9 +91,9 @@ def run_job(cfg: DictConfig) -> tuple[float, float] | None:
     study, identity = open_checked_study(plan, prepared, top_dir)           # 3. open the study
     preset = getattr(plan.sampler, "preset", None)
     if preset is not None:   # a tuned preset (sampler=tuned/<name>) on another device, model or batch: one line
-        from recdiff.tune.preset import device_label, mismatch
+        from recdiff.presets import mismatch
 
-        warning = mismatch(preset, device_label(prepared.device), identity["model"].get("weights"),
+        warning = mismatch(preset, describe(prepared.device), identity["model"].get("weights"),
                            plan.run.timing_batch)
         if warning:
             logging.getLogger("recdiff.study").warning(warning)
