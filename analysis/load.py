@@ -22,7 +22,7 @@ from analysis.labels import OBJECTIVES, SAMPLER_KEYS
 from recdiff.errors import RecdiffError
 from recdiff.params import SAMPLER_PARAMS, parse_sampler, sampler_text
 from recdiff.study.connect import sqlalchemy_url
-from recdiff.study.identity import differences, trial_identity
+from recdiff.study.identity import STUDY_WIDE, differences, trial_identity
 from recdiff.study.identity import key as identity_key
 from recdiff.study.journal import JournalFile, replayed
 
@@ -314,20 +314,28 @@ def load_trials(source: Any, study_name: str | None = None) -> pl.DataFrame:
 
 
 def check_identities(df: pl.DataFrame) -> None:
-    """Refuse a table whose COMPLETE trials of one benchmark were measured under different identities (another
-    slice, model, max_new_tokens, temperature, ...): they are never averaged or put on one Pareto front. The column
-    ``identity`` holds each trial's identity (recdiff.study.identity); keys unknown for a trial are not compared."""
+    """Refuse a table whose COMPLETE trials were measured under different identities: within a benchmark any
+    difference (another slice, model, max_new_tokens, temperature, device ...), across the benchmarks of a study the
+    study-wide keys (the model, the timing, the device: ``recdiff.study.identity.STUDY_WIDE``). Such trials are never
+    averaged or put on one Pareto front. The column ``identity`` holds each trial's identity (recdiff.study.identity;
+    for a trial recorded before the identity held the device, its ``device`` attribute); a key unknown for a trial is
+    not compared."""
     if "identity" not in df.columns or "benchmark" not in df.columns:
         return
     done = df.filter(pl.col("state") == "COMPLETE") if "state" in df.columns else df
-    for part in done.filter(pl.col("identity").is_not_null()).partition_by("benchmark", maintain_order=True):
-        first = part.row(0, named=True)
-        for row in part.unique("identity", keep="first", maintain_order=True).iter_rows(named=True):
-            diffs = differences(json.loads(first["identity"]), json.loads(row["identity"]))
+    firsts = done.filter(pl.col("identity").is_not_null()).unique(["benchmark", "identity"], keep="first",
+                                                                   maintain_order=True).rows(named=True)
+    for i, a in enumerate(firsts):
+        for b in firsts[i + 1:]:
+            diffs = differences(json.loads(a["identity"]), json.loads(b["identity"]))
+            same = a["benchmark"] == b["benchmark"]
+            diffs = [d for d in diffs if same or d[0].startswith(STUDY_WIDE)]
             if diffs:
-                what = "; ".join(f"{k}={a!r} in trial {first['number']}, {b!r} in trial {row['number']}"
-                                 for k, a, b in diffs)
-                raise RecdiffError(f"study {study_name_of(df)}: benchmark {first['benchmark']} holds trials measured "
+                what = "; ".join(f"{k}={x!r} in trial {a['number']}, {y!r} in trial {b['number']}"
+                                 for k, x, y in diffs)
+                where = f"benchmark {a['benchmark']}" if same else \
+                    f"benchmarks {a['benchmark']} and {b['benchmark']}"
+                raise RecdiffError(f"study {study_name_of(df)}: {where} hold{'s' if same else ''} trials measured "
                                    f"under different settings ({what}); they are never averaged or put on one Pareto "
                                    "front: analyse them as separate studies")
 

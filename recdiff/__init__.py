@@ -23,7 +23,7 @@ _LAZY = {
     "check_params": "recdiff.samplers",
     "default_batch_size": "recdiff.samplers",
     "DiffusionTrace": "recdiff.trace",
-    "load_preset": "recdiff.tune.preset",
+    "load_preset": "recdiff.presets",
 }
 
 

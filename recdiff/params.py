@@ -345,21 +345,38 @@ class LoopSpecParams(SamplerParams):
 
 @dataclass
 class Provenance:
-    """Where a tuned preset (``conf/sampler/tuned/<name>.yaml``, written by ``python -m recdiff.tune``) was tuned and
-    what it was confirmed against. Not a setting: no sampler reads it, and a configuration's hash leaves it out."""
+    """Where a tuned preset (``conf/sampler/tuned/<name>.yaml``, written by ``python -m recdiff.tune``) was tuned, how
+    it was timed and what it was confirmed against. Not a setting: no sampler reads it, and a configuration's hash
+    leaves it out. A part an older preset does not state is None."""
 
     name: str = ""
-    device: str = ""                      # "cpu (<processor>)" or "cuda (<GPU name>)"
+    device: str = ""                      # "cpu (<model name>)" or "cuda (<GPU name>)" (recdiff.device.Device.label)
     torch: str = ""
+    version: Optional[str] = None         # recdiff's package version
+    commit: Optional[str] = None          # git commit of the checkout it ran from, "-dirty" with changes; null: none
     model: str = ""                       # path or hub id
-    weights: Optional[str] = None         # digest of the weight files (recdiff.study.identity.weights_digest)
+    weights: Optional[str] = None         # digest of the weight files (recdiff.digest.weights_digest)
     dtype: Optional[str] = None
-    batch_size: int = 1
+    timing_batch: Optional[int] = None    # run.timing_batch: sequences per timed call, the batch size it answers for
+    speed_samples: Optional[int] = None   # run.speed_samples of the search: timed calls per round
+    repeats: Optional[int] = None         # run.repeats of the search: rounds of paired timing
+    timing_threads: Optional[int] = None  # run.timing_threads: torch threads while timing
     benchmark: str = ""                   # the slice searched
+    trials_complete: Optional[int] = None  # search trials COMPLETE ...
+    trials_total: Optional[int] = None    # ... of the counted ones (FAIL and PRUNED included)
     held_out: str = ""                    # the slice the choice was confirmed on
+    held_out_speed_samples: Optional[int] = None   # timed calls per round on it (problems at batch 1)
+    held_out_repeats: Optional[int] = None         # rounds on it
     study: str = ""
     date: str = ""
     result: str = ""                      # the confirmed speed-up and accuracy, or why the paper's defaults were kept
+    batch_size: Optional[int] = None      # what presets before timing_batch called it: read into timing_batch
+
+    def __post_init__(self) -> None:
+        if self.batch_size is not None:
+            if self.timing_batch is None:
+                self.timing_batch = self.batch_size
+            self.batch_size = None
 
 
 @dataclass

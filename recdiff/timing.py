@@ -88,6 +88,28 @@ def median_interval(values: Iterable[float], confidence: float = CONFIDENCE, see
     return point, min(float(ci.low), point), max(float(ci.high), point)
 
 
+def clustered_median_interval(cells: Any, confidence: float = CONFIDENCE, seed: int = 0,
+                              n_resamples: int = N_RESAMPLES) -> tuple[float, float, float]:
+    """(median, low, high) of ``cells`` ``[clusters][members]`` (timed problems × rounds): the median over all cells
+    and its percentile-bootstrap interval resampling whole clusters, each problem with all its rounds (a cluster
+    bootstrap): a problem's rounds are not independent draws, so resampling cells would narrow the interval as if
+    there were problems × rounds problems. Seeded like :func:`median_interval`; ``low <= median <= high``."""
+    from scipy.stats import bootstrap
+
+    x = np.asarray(cells, dtype=float)
+    if x.ndim != 2 or x.shape[0] < 2 or x.shape[1] < 1 or not np.isfinite(x).all():
+        raise ValueError(f"need at least two clusters of finite values, got {x.tolist()}")
+
+    def median_of(index: np.ndarray, axis: int = -1) -> np.ndarray:   # index: (..., clusters) drawn with replacement
+        picked = x[np.asarray(index, dtype=int)]                       # (..., clusters, members)
+        return np.median(picked.reshape(*picked.shape[:-2], -1), axis=-1)
+
+    point = float(np.median(x))
+    ci = bootstrap((np.arange(x.shape[0]),), median_of, confidence_level=confidence, n_resamples=n_resamples,
+                   method="percentile", vectorized=True, rng=np.random.default_rng(seed)).confidence_interval
+    return point, min(float(ci.low), point), max(float(ci.high), point)
+
+
 @dataclass(frozen=True)
 class PairedTiming:
     """What a trial records from :func:`paired_timing`. Arrays are ``[rounds, prompts]``; ``tokens_per_s`` (the
@@ -115,12 +137,20 @@ class PairedTiming:
         `time_s`)."""
         return np.median(self.seconds, axis=0)
 
+    def speedup_cells(self) -> list[list[float]]:
+        """Per timed call (a problem at batch 1), per round, the trial's rate ÷ the reference's in that pair: the
+        cells the speed-up is the median of, kept so that an interval can resample problems
+        (:func:`clustered_median_interval`)."""
+        rates = self.tokens / self.seconds
+        reference = self.reference_tokens / self.reference_seconds
+        return (rates / reference).T.tolist()
+
     def attrs(self) -> dict[str, Any]:
-        """The trial's user attributes (scalars, docs/architecture.md): everything but the objective itself."""
+        """The trial's user attributes (docs/architecture.md): everything but the objective itself."""
         return {"tokens_per_s_lo": self.tokens_per_s_lo, "tokens_per_s_hi": self.tokens_per_s_hi,
                 "speedup": self.speedup, "speedup_lo": self.speedup_lo, "speedup_hi": self.speedup_hi,
                 "reference_tokens_per_s": self.reference_tokens_per_s, "timing_rounds": self.timing_rounds,
-                "threads": self.threads}
+                "threads": self.threads, "speedup_cells": self.speedup_cells()}
 
 
 def _reference_rates(tokens: np.ndarray, seconds: np.ndarray) -> np.ndarray:

@@ -4,13 +4,16 @@ The identity is the benchmark with its slice (every option but ``workers``, whic
 for an lm-eval task also the task's version),
 the model (path or hub id, a digest of its weights, the dtype it runs in, its tokenizer), the generation settings
 ``run.max_new_tokens``, ``run.temperature`` and ``run.top_p``, and how speed is timed where it differs from the
-default (``run.reference``: every speed-up of a study is against it; ``run.timing_threads``; ``run.timing_batch``).
+default (``run.reference``: every speed-up of a study is against it; ``run.timing_threads``; ``run.timing_batch``),
+and the device the trial ran on: its kind and name (``recdiff/device.py``: a CPU's model name, a GPU's name).
 Every trial records it (user attribute ``identity``).
 
 A study holds one identity per benchmark, and one model and one temperature/top-p over all its benchmarks (Table 1
 spans four benchmarks in one study). A sweep whose identity differs is refused before the model loads, with one line
 naming the differing keys: pick another ``study.name``. The same weights under another path count as the same model.
-Trials recorded before identities existed are judged by their recorded config (weights unknown).
+Trials recorded before identities existed are judged by their recorded config (weights unknown); trials recorded
+before the identity held the device, by their ``device`` attribute (a CPU's name unknown there). A part unknown on
+either side is never a conflict.
 
 Within an identity, a trial's configuration is its ``config_hash`` (:func:`config_hash`): trials of the same hash are
 duplicates, skipped in a study and copied between the studies of a storage.
@@ -21,14 +24,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
-import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import optuna
 
+from recdiff.device import parse_label
+from recdiff.digest import file_sha256, weights_digest  # noqa: F401  (re-exported: the identity's weights digest)
 from recdiff.errors import RecdiffError
 
 if TYPE_CHECKING:
@@ -37,13 +39,12 @@ if TYPE_CHECKING:
 BENCHMARK_OPERATIONAL = ("workers",)                       # how fast a benchmark is scored, not what it scores
 RUN_KEYS = ("max_new_tokens", "temperature", "top_p")
 # the same over all benchmarks of a study
-STUDY_WIDE = ("model.", "run.temperature", "run.top_p", "run.reference", "run.timing_threads", "run.timing_batch")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_DIGESTS: dict[tuple[str, int, int], str] = {}            # (file, size, mtime) → sha256, once per process
+STUDY_WIDE = ("model.", "run.temperature", "run.top_p", "run.reference", "run.timing_threads", "run.timing_batch",
+              "device.")
 # Keys of the config that do not change what a trial measures (left out of the configuration's hash). run.repeats
 # only narrows the timing's intervals: a COMPLETE configuration is not measured again for it. run.reference,
 # run.timing_threads and run.timing_batch are part of the identity instead (timing_identity). sampler.preset is where
-# a tuned preset came from (recdiff/tune/preset.py), not a setting.
+# a tuned preset came from (recdiff/presets.py), not a setting.
 VOLATILE_KEYS = ("study", "worker", "run.progress", "run.repeats", "run.reference", "run.timing_threads",
                  "run.timing_batch", "sampler.preset")
 # Keys hashed at these values though the config no longer has them, so that trials recorded before they left still
@@ -73,10 +74,11 @@ def config_hash(plan: Config) -> str:
 
 
 def identity_from_config(config: Mapping[str, Any], weights: str | None = None, dtype: str | None = None,
-                         benchmark: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                         benchmark: Mapping[str, Any] | None = None,
+                         device: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The identity of a resolved config (``user_attrs["config"]`` of a trial). Unknown parts are left out.
     ``benchmark``: facts of the benchmark its options do not state (``Benchmark.identity()``: an lm-eval task's
-    version)."""
+    version); ``device``: the device's kind and name (``recdiff.device.Device.identity``)."""
     bench = {k: v for k, v in (config.get("benchmark") or {}).items() if k not in BENCHMARK_OPERATIONAL}
     bench.update(benchmark or {})
     m = config.get("model") or {}
@@ -93,7 +95,10 @@ def identity_from_config(config: Mapping[str, Any], weights: str | None = None, 
         model["family"] = m["family"]
     run = {k: v for k, v in (config.get("run") or {}).items() if k in RUN_KEYS}
     run.update(timing_identity(config.get("run") or {}))
-    return {"benchmark": bench, "model": model, "run": run}
+    out: dict[str, Any] = {"benchmark": bench, "model": model, "run": run}
+    if device:
+        out["device"] = dict(device)
+    return out
 
 
 def timing_identity(run: Mapping[str, Any]) -> dict[str, Any]:
@@ -119,12 +124,17 @@ def timing_identity(run: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def trial_identity(user_attrs: Mapping[str, Any]) -> dict[str, Any] | None:
-    """A recorded trial's identity; derived from its config for trials recorded before identities existed."""
+    """A recorded trial's identity; derived from its config for trials recorded before identities existed, with the
+    device of its ``device`` attribute where the identity does not hold one (recorded before it did)."""
     if isinstance(user_attrs.get("identity"), Mapping):
-        return dict(user_attrs["identity"])
-    if isinstance(user_attrs.get("config"), Mapping):
-        return identity_from_config(user_attrs["config"])
-    return None
+        identity = dict(user_attrs["identity"])
+    elif isinstance(user_attrs.get("config"), Mapping):
+        identity = identity_from_config(user_attrs["config"])
+    else:
+        return None
+    if "device" not in identity and (device := parse_label(user_attrs.get("device"))) is not None:
+        identity["device"] = device.identity()
+    return identity
 
 
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -194,29 +204,3 @@ def check_identity(study: optuna.Study, identity: Mapping[str, Any]) -> None:
             raise RecdiffError(f"study {study.study_name!r} holds trials measured otherwise (trial {t.number}): "
                                f"{what}. Trials measured differently never share a study: set another study.name, "
                                "or the study's settings")
-
-
-# ------------------------------------------------------------------------------------------------ weights
-
-
-def weights_digest(files: list[Path]) -> str:
-    """sha256 over the weight files (a Hugging Face cache blob is named by its sha256 already), 16 hex digits."""
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f"{f.name}:{file_sha256(f)}\n".encode())
-    return h.hexdigest()[:16]
-
-
-def file_sha256(path: Path) -> str:
-    real = path.resolve()
-    if _HEX64.match(real.name):
-        return real.name
-    st = os.stat(real)
-    cache_key = (str(real), st.st_size, st.st_mtime_ns)
-    if cache_key not in _DIGESTS:
-        h = hashlib.sha256()
-        with open(real, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 24), b""):
-                h.update(block)
-        _DIGESTS[cache_key] = h.hexdigest()
-    return _DIGESTS[cache_key]

@@ -2,7 +2,8 @@
 
 1. **plan**: the typed plan, every setting checked (:func:`recdiff.schema.make_plan`);
 2. **prepare**: write access, the benchmark slice, the checkpoint and its tokenizer (:func:`recdiff.trial.prepare`);
-3. **open the study**: the trials' identity, refused when the study holds trials measured otherwise; ``study.json``;
+3. **open the study**: the trials' identity (the device included: named without loading a model), refused when the
+   study holds trials measured otherwise; ``study.json``;
 4. **load the model** (cached per process), in a grid job only once it has taken its configuration (claimed it, or
    found it COMPLETE, waiting while another live process holds it) and only when something is to be measured;
 5. **the job**: the baselines a grid job owes and its trial (:mod:`~recdiff.study.grid`,
@@ -21,10 +22,12 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from omegaconf import DictConfig
 
+from recdiff.device import describe
+from recdiff.digest import weights_digest
 from recdiff.schema import Config, Mode, make_plan
 from recdiff.study.connect import open_storage, open_study, resolve_storage_url
 from recdiff.study.grid import run_grid_trial
-from recdiff.study.identity import check_identity, identity_from_config, weights_digest
+from recdiff.study.identity import check_identity, identity_from_config
 from recdiff.study.interrupt import interrupt_on_sigterm
 from recdiff.study.resources import thread_budget
 from recdiff.study.results import write_json
@@ -54,13 +57,14 @@ def _sweep_dirs() -> tuple[Path, Path]:
 
 
 def open_checked_study(plan: Config, prepared: Prepared, top_dir: Path) -> tuple[optuna.Study, dict[str, Any]]:
-    """The study and this job's identity (the plan's, with the weights' digest, the dtype and the benchmark's own
-    facts); a study holding trials measured otherwise is refused in one line."""
+    """The study and this job's identity (the plan's, with the weights' digest, the dtype, the benchmark's own facts
+    and the device); a study holding trials measured otherwise (another device too) is refused in one line."""
     from recdiff.load import weight_files
 
     s = plan.study
     identity = identity_from_config(plan.as_dict(), weights=weights_digest(weight_files(prepared.folder)),
-                                    dtype=prepared.dtype, benchmark=prepared.benchmark.identity())
+                                    dtype=prepared.dtype, benchmark=prepared.benchmark.identity(),
+                                    device=describe(prepared.device).identity())
     storage = open_storage(s.storage, s.heartbeat_interval, s.grace_period, s.max_retry)
     study = open_study(s, storage, make_sampler(s, plan.worker) if s.mode == Mode.search else None)
     check_identity(study, identity)
@@ -87,9 +91,9 @@ def run_job(cfg: DictConfig) -> tuple[float, float] | None:
     study, identity = open_checked_study(plan, prepared, top_dir)           # 3. open the study
     preset = getattr(plan.sampler, "preset", None)
     if preset is not None:   # a tuned preset (sampler=tuned/<name>) on another device, model or batch: one line
-        from recdiff.tune.preset import device_label, mismatch
+        from recdiff.presets import mismatch
 
-        warning = mismatch(preset, device_label(prepared.device), identity["model"].get("weights"),
+        warning = mismatch(preset, describe(prepared.device), identity["model"].get("weights"),
                            plan.run.timing_batch)
         if warning:
             logging.getLogger("recdiff.study").warning(warning)

@@ -12,13 +12,31 @@ from typing import Any
 PACKAGES = ("recdiff", "torch", "optuna", "numpy", "transformers", "hydra-core", "polars")
 
 
-def git_commit() -> str | None:
+def _git(*args: str) -> str | None:
+    """A git command's output in the package's folder; None outside a checkout (or without git)."""
     try:
-        out = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "HEAD"],
-                             capture_output=True, text=True, timeout=10)
+        out = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), *args], capture_output=True,
+                             text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git_commit() -> str | None:
+    return _git("rev-parse", "HEAD") or None
+
+
+def code_version() -> tuple[str | None, str | None]:
+    """(recdiff's package version, the checkout's git commit with ``-dirty`` when tracked files have changes; None
+    outside a checkout)."""
+    try:
+        version: str | None = md.version("recdiff")
+    except md.PackageNotFoundError:
+        version = None
+    commit = git_commit()
+    if commit and _git("status", "--porcelain", "--untracked-files=no"):
+        commit += "-dirty"
+    return version, commit
 
 
 def library_versions() -> dict[str, str]:

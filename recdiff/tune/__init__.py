@@ -7,11 +7,12 @@ accuracy cost (docs/tune.md). The pieces, one job each:
 - :mod:`~recdiff.tune.budget`: the time budget (the search keeps the confirmation's time)
 - :mod:`~recdiff.tune.choice`: feasibility, the knee (ties towards the paper's defaults), the verdict, the table
 - :mod:`~recdiff.tune.confirm`: the held-out measurements beside the defaults and the reference
-- :mod:`~recdiff.tune.preset`: the preset file, its provenance, :func:`load_preset`
+- :mod:`~recdiff.tune.preset`: the preset file and its provenance (never replacing one without ``tune.overwrite``)
 
-Only :mod:`~recdiff.tune.preset` loads with the package (``recdiff.load_preset``); the rest needs torch and Optuna.
+Reading presets (``recdiff.load_preset``, :class:`PresetWarning`) is :mod:`recdiff.presets`, re-exported here; the
+rest needs torch and Optuna.
 """
 
-from recdiff.tune.preset import PresetWarning, load_preset, read_preset
+from recdiff.presets import PresetWarning, load_preset, read_preset
 
 __all__ = ["PresetWarning", "load_preset", "read_preset"]

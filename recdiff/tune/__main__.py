@@ -22,11 +22,6 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
-def _slice(identity: dict) -> str:
-    b = identity.get("benchmark") or {}
-    return " ".join([str(b.get("name")), *(f"{k}={v}" for k, v in sorted(b.items()) if k != "name")])
-
-
 def tune(argv: list[str], start: float) -> int:
     from recdiff.tune.plan import compose
 
@@ -40,7 +35,7 @@ def tune(argv: list[str], start: float) -> int:
     from recdiff.tune.budget import Budget
     from recdiff.tune.choice import Measured, Row, choose, feasible, judge, runners_up, settings_text, table
     from recdiff.tune.confirm import confirm
-    from recdiff.tune.preset import device_label, provenance, settings, write_preset
+    from recdiff.tune.preset import provenance, settings, slice_text, write_preset
     from recdiff.tune.study import counted, measure_grid, measured, open_tuning, search
 
     plan, opts = tp.search, tp.options
@@ -50,7 +45,7 @@ def tune(argv: list[str], start: float) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     t = open_tuning(tp, budget, threads)                                    # studies opened, slices prepared
     reference = sampler_text(plan.run.reference_sampler())
-    say(f"tune {plan.study.name}: {device_label(tp.device)}, model {plan.model.name}, batch {tp.batch}; "
+    say(f"tune {plan.study.name}: {tp.hardware().label}, model {plan.model.name}, batch {tp.batch}; "
         f"{plan.study.algorithm.value} over {', '.join(plan.study.search)}; study.n_trials={plan.study.n_trials}, "
         f"tune.time_budget_s={opts.time_budget_s}, tune.patience={opts.patience}")
 
@@ -62,7 +57,8 @@ def tune(argv: list[str], start: float) -> int:
     say(f"search ended: {search(t, ref, floor, say)}")
 
     paper = tp.paper()
-    trials = [m for m in measured(counted(t.search)) if m is not None]
+    done = counted(t.search)
+    trials = [m for m in measured(done) if m is not None]
     chosen = choose(trials, floor, paper)
     own = next((m for m in trials if m.params == paper), None)   # the defaults' trial on the searched slice
     if chosen is None and not any(feasible(m, floor) for m in trials):
@@ -83,7 +79,7 @@ def tune(argv: list[str], start: float) -> int:
     rows += [Row("runner-up", "searched", m, settings_text(m.params, paper))
              for m in runners_up(trials, floor, [chosen, own], opts.runners_up)]
     print(f"\n{plan.study.name}: {len(trials)} trials measured, {sum(m.accuracy >= floor for m in trials)} feasible; "
-          f"searched {_slice(t.identity)}, held-out {_slice(t.holdout_identity)}")
+          f"searched {slice_text(t.identity)}, held-out {slice_text(t.holdout_identity)}")
     print(table(rows, reference) + "\n", flush=True)
     say(verdict.reason)
 
@@ -91,10 +87,10 @@ def tune(argv: list[str], start: float) -> int:
     h = held["chosen"] if verdict.keep else held["defaults"]
     result = (f"{h.speed()} vs {reference}, accuracy {h.acc()} (reference {held['reference'].acc()}) on the "
               f"held-out slice; " + ("chosen: " if verdict.keep else "") + verdict.reason)
-    model = t.identity["model"]
-    prov = provenance(tp.preset_name(), tp.device, str(model.get("path")), model.get("weights"), model.get("dtype"),
-                      tp.batch, _slice(t.identity), _slice(t.holdout_identity), plan.study.name, result)
-    path = write_preset(tp.preset_path(), settings(final, list(plan.study.search)), prov, tp.command)
+    complete = sum(tr.state == optuna.trial.TrialState.COMPLETE for tr in done)
+    prov = provenance(tp, t.identity, t.holdout_identity, complete, len(done), h, result)
+    path = write_preset(tp.preset_path(), settings(final, list(plan.study.search)), prov, tp.command,
+                        overwrite=opts.overwrite)
     say(f"preset {tp.preset_name()} ({'the chosen setting' if verdict.keep else 'the paper defaults'}): {path}; "
         f"python sweep.py sampler=tuned/{tp.preset_name()} | wall time {budget.shown()}")
     return 0

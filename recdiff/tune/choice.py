@@ -40,6 +40,9 @@ class Measured:
     accuracy_lo: float
     accuracy_hi: float
     seconds: float | None = None          # how long the trial took
+    timed: int | None = None              # timed calls per round (speed_samples: problems at batch 1)
+    rounds: int | None = None             # rounds of paired timing
+    threads: int | None = None            # torch threads while timing
 
     @classmethod
     def of(cls, trial: FrozenTrial) -> Measured | None:
@@ -50,7 +53,8 @@ class Measured:
         params = {k: v for k, v in trial.params.items() if k not in ("sampler", "benchmark")}
         return cls(trial.number, params, float(a["speedup"]), float(a["speedup_lo"]), float(a["speedup_hi"]),
                    float(trial.values[0]), float(a["accuracy_low"]), float(a["accuracy_high"]),
-                   trial.duration.total_seconds() if trial.duration is not None else None)
+                   trial.duration.total_seconds() if trial.duration is not None else None,
+                   a.get("speed_samples"), a.get("timing_rounds"), a.get("threads"))
 
     def speed(self) -> str:
         return f"{self.speedup:.2f}x [{self.speedup_lo:.2f}, {self.speedup_hi:.2f}]"

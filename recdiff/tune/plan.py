@@ -2,8 +2,10 @@
 it, and the tune's own options (``tune.*``, :class:`TuneOptions`), every setting checked before anything loads.
 
 From it derive the three studies of one tune (all in ``study.storage``): the search (``study.name``, by default
-``tune-<model>-<benchmark>-<device>-b<batch>``), the reference on the searched slice (``<name>-reference``) and the
-held-out slice (``<name>-holdout``), where the choice is confirmed beside the paper's defaults and the reference.
+``tune-<model>-<benchmark>-<device>-b<batch>``, the device's slug such as ``cpu-amd-epyc`` or ``cuda-h100``), the
+reference on the searched slice (``<name>-reference``) and the held-out slice (``<name>-holdout``), where the choice is
+confirmed beside the paper's defaults and the reference. A preset file that exists already is refused here, before
+the search spends any time, unless ``tune.overwrite=true``.
 """
 
 from __future__ import annotations
@@ -15,13 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from recdiff.device import Device, describe
 from recdiff.errors import RecdiffError
 from recdiff.params import DiffusionParams, SamplerParams
+from recdiff.presets import PRESET_DIR
 from recdiff.schema import Config, Mode
 
 REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "conf"
-PRESET_DIR = CONF / "sampler" / "tuned"   # presets here are a config group option: `sweep.py sampler=tuned/<name>`
+HOLDOUT_SPEED_SAMPLES = 8   # the held-out slice's timed problems at least (an interval by problem needs several) ...
+HOLDOUT_REPEATS = 5         # ... and rounds at least
 
 
 @dataclass
@@ -33,10 +38,12 @@ class TuneOptions:
     trial_timeout_x: float = 1.5             # a search trial is cut (FAIL timeout) after this many reference trials
     holdout_limit: Optional[int] = None      # problems of the held-out slice (null: benchmark.limit)
     holdout_offset: Optional[int] = None     # its first problem (null: right after the searched slice)
-    holdout_repeats: Optional[int] = None    # rounds of paired timing on the held-out slice (null: run.repeats)
+    holdout_speed_samples: Optional[int] = None   # timed calls per round there (null: max(8, run.speed_samples))
+    holdout_repeats: Optional[int] = None    # rounds of paired timing there (null: max(5, run.repeats))
     runners_up: int = 3                      # rows of runners-up in the closing table
     name: Optional[str] = None               # the preset's name (null: <model>-<device>-b<batch>)
     preset_dir: Optional[str] = None         # where the preset is written (null: conf/sampler/tuned)
+    overwrite: bool = False                  # replace a preset file of the same name (else refused, exit 2)
     output_dir: str = "outputs/tune"         # each trial's files, under <output_dir>/<study>/
 
     def __post_init__(self) -> None:
@@ -53,6 +60,9 @@ class TuneOptions:
                 raise RecdiffError(f"tune.{key}={v!r} must be >= {1 if key == 'holdout_limit' else 0}")
         if self.holdout_repeats is not None and self.holdout_repeats < 2:
             raise RecdiffError(f"tune.holdout_repeats={self.holdout_repeats!r} must be >= 2 (an interval needs two)")
+        if self.holdout_speed_samples is not None and self.holdout_speed_samples < 2:
+            raise RecdiffError(f"tune.holdout_speed_samples={self.holdout_speed_samples!r} must be >= 2 (the held-out "
+                               "interval resamples the timed problems)")
         if self.runners_up < 0:
             raise RecdiffError(f"tune.runners_up={self.runners_up!r} must be >= 0")
         if self.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.name):
@@ -101,15 +111,25 @@ class TunePlan:
         return {**b, "limit": limit, "offset": offset}
 
     def holdout(self, sampler: SamplerParams) -> Config:
-        """``sampler`` on the held-out slice, timed in ``tune.holdout_repeats`` rounds (default: ``run.repeats``). The
-        reference is timed against itself (speed-up 1 by definition) in the fewest rounds: its accuracy counts."""
+        """``sampler`` on the held-out slice, ``tune.holdout_speed_samples`` timed calls (problems at batch 1) in
+        ``tune.holdout_repeats`` rounds. The reference is timed against itself (speed-up 1 by definition) in the fewest
+        rounds: its accuracy counts."""
         if sampler == self.search.run.reference_sampler():
             return self.grid(sampler, "holdout", self.holdout_benchmark(), speed_samples=1, repeats=2)
-        return self.grid(sampler, "holdout", self.holdout_benchmark(), repeats=self.holdout_repeats)
+        return self.grid(sampler, "holdout", self.holdout_benchmark(), speed_samples=self.holdout_speed_samples,
+                         repeats=self.holdout_repeats)
+
+    @property
+    def holdout_speed_samples(self) -> int:
+        return self.options.holdout_speed_samples or max(HOLDOUT_SPEED_SAMPLES, self.search.run.speed_samples)
 
     @property
     def holdout_repeats(self) -> int:
-        return self.options.holdout_repeats or self.search.run.repeats
+        return self.options.holdout_repeats or max(HOLDOUT_REPEATS, self.search.run.repeats)
+
+    def hardware(self) -> Device:
+        """The device the tune measures on, with its name (``recdiff.device``)."""
+        return describe(self.device)
 
     def defaults(self) -> DiffusionParams:
         """The paper's defaults of the searched knobs, with the plan's other settings."""
@@ -122,24 +142,13 @@ class TunePlan:
         return {k: v for k, v in self.defaults().params().items() if k in self.search.study.search}
 
     def preset_name(self) -> str:
-        return self.options.name or f"{self.search.model.name}-{device_slug(self.device)}-b{self.batch}"
+        return self.options.name or f"{self.search.model.name}-{describe(self.device).slug()}-b{self.batch}"
 
     def preset_path(self) -> Path:
         return Path(self.options.preset_dir or PRESET_DIR) / f"{self.preset_name()}.yaml"
 
     def output_dir(self) -> Path:
         return Path(self.options.output_dir) / self.search.study.name
-
-
-def device_slug(device: str) -> str:
-    """A short name of the device for study and preset names: ``cpu``, or the GPU's model (``h100``, ``a100``)."""
-    if not device.startswith("cuda"):
-        return "cpu"
-    import torch
-
-    name = torch.cuda.get_device_name(device)
-    found = re.search(r"\b([A-Z]{1,2}\d{2,4}[A-Z]?)\b", name)
-    return found.group(1).lower() if found else "cuda"
 
 
 def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -203,7 +212,7 @@ def compose(argv: list[str]) -> TunePlan:
         cfg.sampler.preset = None          # a preset to start from is only its settings
         if OmegaConf.is_missing(cfg.study, "name"):
             label = benchmark_label(cfg.benchmark)
-            cfg.study.name = f"tune-{cfg.model.name}-{label}-{device_slug(device)}-b{batch}"
+            cfg.study.name = f"tune-{cfg.model.name}-{label}-{describe(device).slug()}-b{batch}"
     plan = make_plan(cfg)
     if plan.study.mode != Mode.search:
         raise RecdiffError(f"study.mode={plan.study.mode.value}: the tune is a search (study=tune)")
@@ -215,4 +224,11 @@ def compose(argv: list[str]) -> TunePlan:
     if held["offset"] < end and start < held["offset"] + held["limit"]:
         raise RecdiffError(f"tune.holdout_offset={held['offset']}: the held-out slice overlaps the searched one "
                            f"(benchmark.offset={start}, benchmark.limit={searched['limit']})")
+    if tp.batch == 1 and held["limit"] < 2:
+        raise RecdiffError(f"tune.holdout_limit={held['limit']}: the held-out interval resamples the timed problems, "
+                           "so it needs at least two")
+    if not options.overwrite and tp.preset_path().exists():   # before the search spends any time
+        from recdiff.tune.preset import refuse_overwrite
+
+        raise refuse_overwrite(tp.preset_path())
     return tp

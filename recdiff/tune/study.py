@@ -126,9 +126,11 @@ def measured(trials: list[FrozenTrial]) -> list[Measured | None]:
 
 
 def holdout_factor(tp: TunePlan) -> float:
-    """The held-out slice's measurement over a searched trial's: more problems or more rounds take longer."""
-    held, searched = tp.holdout_benchmark(), tp.search.benchmark
-    return max(held["limit"] / searched["limit"], tp.holdout_repeats / tp.search.run.repeats)
+    """The held-out slice's measurement over a searched trial's: more problems, or more timed calls and rounds, take
+    longer."""
+    held, run = tp.holdout_benchmark(), tp.search.run
+    timed = (tp.holdout_speed_samples * tp.holdout_repeats) / (run.speed_samples * run.repeats)
+    return max(held["limit"] / tp.search.benchmark["limit"], timed)
 
 
 def reserve_s(t: Tuning, history: list[Measured | None], reference: Measured, floor: float) -> float:

@@ -121,3 +121,42 @@ def test_trials_measured_under_different_slices_are_never_averaged(tmp_path):
     # one identity: the repeated trials of a setting are averaged as before
     same = df.filter(pl.col("number") > 0)
     assert sampler_table(same).rows[0].cells["arith"] == (0.375, 10.0)
+
+
+def _older_study(devices: list[tuple[str, str | None]]):
+    """A study recorded before the identity held the device: each trial's ``device`` attribute (or none) and its
+    benchmark, the rest alike."""
+    import optuna
+
+    study = optuna.create_study(study_name="devices", directions=["maximize", "maximize"])
+    for n, (bench, device) in enumerate(devices):
+        config = {"sampler": {"name": "static", "r": 32}, "benchmark": {"name": bench, "limit": 8},
+                  "model": {"path": "recdiff/assets/embedded"}, "run": {"max_new_tokens": 8}}
+        attrs = {"config": config, **({"device": device} if device else {})}
+        study.add_trial(optuna.trial.create_trial(values=[0.5 + n / 10, 10.0 * (n + 1)], params={"r": 32},
+                                                  distributions={"r": optuna.distributions.IntDistribution(1, 64)},
+                                                  user_attrs=attrs))
+    return study
+
+
+def test_trials_timed_on_different_devices_never_share_a_front_in_older_studies_too(tmp_path):
+    from analysis import load_trials
+    from analysis.report import write_report
+
+    a100, h100 = "cuda (NVIDIA A100-SXM4-80GB)", "cuda (NVIDIA H100 80GB HBM3)"
+    df = load_trials(_older_study([("arith", a100), ("arith", h100)]))
+    with pytest.raises(RecdiffError) as err:
+        write_report(df, tmp_path / "report", progress=None)
+    assert str(err.value) == ("study devices: benchmark arith holds trials measured under different settings "
+                              "(device.name='NVIDIA A100-SXM4-80GB' in trial 0, 'NVIDIA H100 80GB HBM3' in trial 1); "
+                              "they are never averaged or put on one Pareto front: analyse them as separate studies")
+    assert not (tmp_path / "report").exists()
+    # the device is study-wide: a second benchmark timed on a CPU is refused too
+    cpu = load_trials(_older_study([("arith", a100), ("gsm8k", "cpu (x86_64, 4 threads)")]))
+    with pytest.raises(RecdiffError, match=r"benchmarks arith and gsm8k hold trials measured under different settings "
+                                           r"\(device.kind='cuda' in trial 0, 'cpu' in trial 1\)"):
+        sampler_table(cpu)
+    # where a trial does not say (or names a CPU by its architecture only), nothing is refused
+    fine = load_trials(_older_study([("arith", "cpu (x86_64, 4 threads)"), ("arith", "cpu (x86_64, 2 threads)"),
+                                     ("arith", None)]))
+    assert sampler_table(fine).rows

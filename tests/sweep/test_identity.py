@@ -111,3 +111,89 @@ def test_a_study_is_named_after_the_model_it_runs():
     assert compose_cfg(["model=huginn_0125", "model.path=/data/mine/"]).study.name == "mine-compose"
     assert compose_cfg(["model.path=/ckpts/x", "model.name=variant"]).study.name == "variant-compose"
     assert compose_cfg(["sweeps=table1", "model.path=/ckpts/x"]).study.name == "table1-x"
+
+
+H100 = {"kind": "cuda", "name": "NVIDIA H100 80GB HBM3"}
+
+
+def test_the_device_is_part_of_the_identity_over_the_whole_study():
+    cpu = {"kind": "cpu", "name": "AMD EPYC 7763 64-Core Processor"}
+    here = identity_from_config(compose_plan().as_dict(), weights="w1", device=cpu)
+    assert here["device"] == cpu
+    assert conflict(here, identity_from_config(compose_plan().as_dict(), weights="w1", device=dict(cpu))) == []
+    assert [d[0] for d in conflict(here, ident(weights="w1") | {"device": H100})] == ["device.kind", "device.name"]
+    other_cpu = {"kind": "cpu", "name": "Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz"}
+    assert [d[:3] for d in conflict(here, ident() | {"device": other_cpu})] == [
+        ("device.name", cpu["name"], other_cpu["name"])]
+    # study-wide: another benchmark of the study may not bring another device either
+    assert [d[0] for d in conflict(here, ident("benchmark=gsm8k") | {"device": other_cpu})] == ["device.name"]
+    # unknown on one side (a CPU named only by its kind, a trial that never said): not a conflict
+    assert conflict(here, ident() | {"device": {"kind": "cpu"}}) == [] and conflict(here, ident()) == []
+
+
+def test_trials_recorded_before_the_identity_held_the_device_are_judged_by_their_device_attribute():
+    legacy = {"config": compose_plan().as_dict()}
+    assert rs.trial_identity(legacy | {"device": "cuda:1 (NVIDIA H100 80GB HBM3)"})["device"] == H100
+    # an older CPU attribute names the architecture and torch's threads, not the processor: its name is unknown
+    assert rs.trial_identity(legacy | {"device": "cpu (x86_64, 4 threads)"})["device"] == {"kind": "cpu"}
+    assert "device" not in rs.trial_identity(legacy)
+    # the identity's own device wins over the attribute
+    recorded = {"identity": ident() | {"device": {"kind": "cpu", "name": "A"}}, "device": "cpu (x86_64, 1 threads)"}
+    assert rs.trial_identity(recorded)["device"] == {"kind": "cpu", "name": "A"}
+
+
+EMBEDDED_TINY = ["benchmark.limit=1", "run.max_new_tokens=2", "run.warmup=0", "run.threads=1", "run.progress=false",
+                 "study.baselines=false", "model.device=cpu"]
+
+
+def plant(storage: str, plan, user_attrs: dict) -> None:
+    """A trial measured elsewhere, as another worker (or an older version) recorded it."""
+    study = rs.open_study(plan.study, rs.open_storage(storage))
+    study.add_trial(optuna.trial.create_trial(values=[1.0, 10.0], params={}, distributions={},
+                                              user_attrs={"config": plan.as_dict(), **user_attrs}))
+
+
+@pytest.mark.parametrize("attrs, refused", [
+    ({"device": "cuda (NVIDIA H100 80GB HBM3)"}, "device.kind='cpu' here, 'cuda' there; device.name="),  # older trial
+    ({"identity_device": {"kind": "cpu", "name": "Other CPU"}}, "device.name="),
+    ({"device": "cpu (x86_64, 4 threads)"}, None),                 # an older CPU trial: its name unknown, kind the same
+])
+def test_a_study_measured_on_another_device_is_refused_before_the_model_loads(tmp_path, monkeypatch, attrs,
+                                                                               refused):
+    from recdiff.device import describe
+    from recdiff.study.job import open_checked_study
+    from recdiff.trial import prepare, workload
+
+    monkeypatch.setattr(workload, "load_model_cached", lambda *a, **k: pytest.fail("the model loaded"))
+    plan = compose_plan([*EMBEDDED_TINY, f"study.storage={tmp_path}/j.log", "study.name=dev"])
+    if "identity_device" in attrs:
+        attrs = {"identity": identity_from_config(plan.as_dict(), device=attrs["identity_device"])}
+    plant(plan.study.storage, plan, attrs)
+    prepared = prepare(plan.model, plan.benchmark)
+    if refused is None:
+        _, identity = open_checked_study(plan, prepared, tmp_path)
+        assert identity["device"] == describe("cpu").identity()
+        return
+    with pytest.raises(RecdiffError) as err:
+        open_checked_study(plan, prepared, tmp_path)
+    line = str(err.value)
+    assert line.startswith("study 'dev' holds trials measured otherwise (trial 0): ") and refused in line
+    assert f"device.name={describe('cpu').name!r} here" in line and "\n" not in line
+
+
+@pytest.mark.slow
+def test_a_sweep_on_another_device_is_refused_in_one_line_with_exit_2(tmp_path):
+    """The acceptance case: ``sweep.py ... model.device=cpu`` into a study whose trial was timed on an H100 (recorded
+    by an older version: only its ``device`` attribute says so)."""
+    from recdiff.device import describe
+
+    where = [f"study.storage={tmp_path}/j.log", f"study.artifact_dir={tmp_path}/art", "study.name=dev"]
+    plan = compose_plan([*EMBEDDED_TINY, *where])
+    plant(plan.study.storage, plan, {"device": "cuda (NVIDIA H100 80GB HBM3)"})
+    proc = run_sweep([*EMBEDDED_TINY, *where, f"hydra.run.dir={tmp_path}/run"], check=False, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [
+        f"error: study 'dev' holds trials measured otherwise (trial 0): device.kind='cpu' here, 'cuda' there; "
+        f"device.name={describe('cpu').name!r} here, 'NVIDIA H100 80GB HBM3' there. Trials measured differently "
+        "never share a study: set another study.name, or the study's settings"]
+    assert len(load(f"{tmp_path}/j.log", "dev").get_trials()) == 1       # nothing recorded

@@ -1,5 +1,6 @@
-"""The tune's command line: the sweep's plan plus ``tune.*``, the names of its studies and preset, the held-out slice
-after the searched one, and bad input in one line (exit 2) before any model loads."""
+"""The tune's command line: the sweep's plan plus ``tune.*``, the names of its studies and preset (with the device's
+slug), the held-out slice after the searched one, and bad input in one line (exit 2) before any model loads: an
+existing preset file too, before the search spends any time."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import recdiff.device
 from recdiff.errors import RecdiffError
 from recdiff.params import DiffusionParams
 from recdiff.tune.plan import PRESET_DIR, compose
@@ -16,18 +18,28 @@ from recdiff.tune.plan import PRESET_DIR, compose
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(autouse=True)
+def epyc(monkeypatch):
+    """The tests' CPU, whatever the machine's (one no preset in conf/ was tuned on)."""
+    monkeypatch.setattr(recdiff.device, "cpu_name", lambda: "Acme(R) Rocket(TM) 9000 CPU @ 3.00GHz")
+
+
 def test_defaults_search_the_diffusion_knobs_at_the_batch_asked():
     tp = compose(["run.batch_size=1"])
     plan = tp.search
-    assert plan.study.name == "tune-embedded-compose-cpu-b1" and plan.study.mode.value == "search"
+    assert plan.study.name == "tune-embedded-compose-cpu-acme-rocket-b1" and plan.study.mode.value == "search"
     assert plan.study.search == ["r_inner", "beta", "beta_schedule", "eta", "epsilon", "wavefront", "headway",
                                  "init_scale"]
     # the batch asked is the speed's (timed calls); the accuracy pass decodes 32 side by side whatever it is
     assert (plan.run.timing_batch, plan.run.batch_size, plan.run.timeout_s, plan.run.progress) == (1, 32, None, False)
-    assert tp.preset_name() == "embedded-cpu-b1" and tp.preset_path() == PRESET_DIR / "embedded-cpu-b1.yaml"
+    assert tp.preset_name() == "embedded-cpu-acme-rocket-b1"
+    assert tp.preset_path() == PRESET_DIR / "embedded-cpu-acme-rocket-b1.yaml"
     # without a batch size: the device's default, timed as a batch's throughput; another study and preset
     b32 = compose([])
-    assert (b32.batch, b32.search.run.timing_batch, b32.search.study.name) == (32, 32, "tune-embedded-compose-cpu-b32")
+    assert (b32.batch, b32.search.run.timing_batch, b32.search.study.name) == (
+        32, 32, "tune-embedded-compose-cpu-acme-rocket-b32")
+    assert b32.preset_name() == "embedded-cpu-acme-rocket-b32"
+    assert b32.hardware().label == "cpu (Acme(R) Rocket(TM) 9000 CPU @ 3.00GHz)"
 
 
 def test_the_derived_plans():
@@ -37,13 +49,20 @@ def test_the_derived_plans():
     assert ref.study.mode.value == "grid" and ref.benchmark == tp.search.benchmark
     held = tp.holdout(tp.defaults())
     assert (held.benchmark["offset"], held.benchmark["limit"]) == (56, 48)   # right after the searched slice
-    assert held.study.name.endswith("-b1-holdout") and held.run.repeats == tp.search.run.repeats
+    # timed on at least 8 problems in at least 5 rounds (the search: 3 × 3), so that its interval can resample problems
+    assert held.study.name.endswith("-b1-holdout") and (held.run.speed_samples, held.run.repeats) == (8, 5)
+    assert (tp.search.run.speed_samples, tp.search.run.repeats) == (3, 3)
+    more = compose(["run.batch_size=1", "run.speed_samples=12", "run.repeats=6"])
+    assert (more.holdout(more.defaults()).run.speed_samples, more.holdout(more.defaults()).run.repeats) == (12, 6)
+    ref = tp.holdout(tp.search.run.reference_sampler())
+    assert (ref.run.speed_samples, ref.run.repeats) == (1, 2)                # speed-up 1 by definition
     defaults = tp.defaults()
     assert defaults.params() == DiffusionParams().params()
-    other = compose(["run.batch_size=1", "tune.holdout_limit=20", "tune.holdout_offset=500", "tune.holdout_repeats=5",
-                     "sampler.r_inner=1", "sampler.r=16"])
+    other = compose(["run.batch_size=1", "tune.holdout_limit=20", "tune.holdout_offset=500", "tune.holdout_repeats=3",
+                     "tune.holdout_speed_samples=4", "sampler.r_inner=1", "sampler.r=16"])
     held = other.holdout(other.defaults())
-    assert (held.benchmark["offset"], held.benchmark["limit"], held.run.repeats) == (500, 20, 5)
+    assert (held.benchmark["offset"], held.benchmark["limit"], held.run.speed_samples, held.run.repeats) == (
+        500, 20, 4, 3)
     # the paper's defaults of the searched knobs, the other settings as given
     assert (other.defaults().r_inner, other.defaults().r) == (4, 16)
 
@@ -57,6 +76,10 @@ def test_the_derived_plans():
     (["tune.holdout_offset=100"], "the held-out slice overlaps the searched one"),
     (["tune.name=a/b"], "tune.name='a/b'"),
     (["run.batch_size=-1"], "run.batch_size=-1 must be an integer >= 1"),
+    (["tune.holdout_speed_samples=1"], "tune.holdout_speed_samples=1 must be >= 2"),
+    (["run.batch_size=1", "tune.holdout_limit=1"], "tune.holdout_limit=1: the held-out interval resamples the timed "
+                                                   "problems, so it needs at least two"),
+    (["tune.overwrite=maybe"], "tune.overwrite"),
 ])
 def test_bad_input_is_one_line(argv, message):
     with pytest.raises(RecdiffError, match=message.replace("(", r"\(").replace(")", r"\)")) as err:
@@ -75,3 +98,15 @@ def test_the_command_refuses_a_bad_override_in_one_line_with_exit_2(tmp_path, ar
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [line]
     assert not (tmp_path / "j.log").exists()       # nothing opened, nothing recorded
+
+
+def test_an_existing_preset_is_refused_before_the_search_unless_told(tmp_path):
+    where = ["run.batch_size=1", f"tune.preset_dir={tmp_path}"]
+    assert compose(where).preset_path() == tmp_path / "embedded-cpu-acme-rocket-b1.yaml"
+    (tmp_path / "embedded-cpu-acme-rocket-b1.yaml").write_text("# tuned before\n")
+    with pytest.raises(RecdiffError) as err:
+        compose(where)
+    assert str(err.value) == (f"preset {tmp_path}/embedded-cpu-acme-rocket-b1.yaml exists: tune.overwrite=true "
+                              "replaces it, tune.name=<name> writes another")
+    assert compose([*where, "tune.overwrite=true"]).options.overwrite is True
+    assert compose([*where, "tune.name=mine"]).preset_path() == tmp_path / "mine.yaml"

@@ -1,6 +1,7 @@
-"""Presets: written by the tune, composed by Hydra as ``sampler=tuned/<name>`` over the structured diffusion node,
-read by ``recdiff.load_preset`` for ``recdiff.generate``; a preset used elsewhere than it was tuned warns in one line
-naming the difference; a knob the sampler does not have is one line (RecdiffError, or exit 2 from sweep.py)."""
+"""Presets: written by the tune, composed by Hydra as ``sampler=tuned/<name>`` over the structured diffusion node
+with the timing batch they were tuned at, read by ``recdiff.load_preset`` for ``recdiff.generate``; a preset used
+elsewhere than it was tuned warns in one line naming the difference; a knob the sampler does not have is one line
+(RecdiffError, or exit 2 from sweep.py); an existing preset file is never replaced without being told."""
 
 from __future__ import annotations
 
@@ -17,17 +18,19 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 import recdiff
+from recdiff.device import Device, describe
 from recdiff.errors import RecdiffError
 from recdiff.params import DiffusionParams, Provenance
+from recdiff.presets import PresetWarning, load_preset, mismatch, read_preset
 from recdiff.schema import make_plan
 from recdiff.study.identity import config_hash
-from recdiff.tune.preset import PresetWarning, device_label, load_preset, mismatch, read_preset, settings, write_preset
+from recdiff.tune.preset import settings, write_preset
 from tests.sweep.conftest import requires_fixture
 
 REPO = Path(__file__).resolve().parents[2]
 SEARCHED = ["r_inner", "beta", "beta_schedule", "eta", "epsilon", "wavefront", "headway", "init_scale"]
 WHERE = Provenance(name="embedded-cpu-b1", device="cpu (Some CPU)", torch="2.13.0", model="recdiff/assets/embedded",
-                   weights="abc123", dtype="float32", batch_size=1, benchmark="compose limit=48 offset=0",
+                   weights="abc123", dtype="float32", timing_batch=1, benchmark="compose limit=48 offset=0",
                    held_out="compose limit=48 offset=48", study="tune-embedded-compose-cpu-b1", date="2026-11-27",
                    result="4.2x")
 
@@ -62,7 +65,7 @@ def test_a_preset_round_trips_through_hydra_and_the_api(conf):
     path = write_preset(conf / "sampler" / "tuned" / "embedded-cpu-b1.yaml", values, WHERE, "run.batch_size=1")
     plan = composed(conf, "sampler=tuned/embedded-cpu-b1")
     assert plan.sampler.params() == sampler.params()            # every setting, the unstated ones at their defaults
-    assert plan.sampler.preset == WHERE
+    assert plan.sampler.preset == WHERE and plan.run.timing_batch == 1
     # where it came from is not a setting: the same configuration as the same settings given by hand
     by_hand = composed(conf, "sampler.r_inner=1", "sampler.epsilon=0.2", "sampler.headway=2", "sampler.r=16")
     assert config_hash(plan) == config_hash(by_hand)
@@ -72,9 +75,9 @@ def test_a_preset_round_trips_through_hydra_and_the_api(conf):
 
 
 def test_load_preset_finds_a_name_under_conf_and_names_what_is_there(monkeypatch, conf):
-    import recdiff.tune.preset as preset
+    from recdiff import presets
 
-    monkeypatch.setattr(preset, "PRESET_DIR", conf / "sampler" / "tuned")
+    monkeypatch.setattr(presets, "PRESET_DIR", conf / "sampler" / "tuned")
     write_preset(conf / "sampler" / "tuned" / "mine.yaml", settings(tuned(), SEARCHED), WHERE, "")
     assert recdiff.load_preset("mine")["r_inner"] == 1
     with pytest.raises(RecdiffError, match=r"preset 'other': no file .*other.yaml \(presets in .*: mine\)"):
@@ -111,17 +114,58 @@ def test_sweep_refuses_a_preset_with_an_unknown_knob_in_one_line_with_exit_2():
 
 
 def test_another_device_model_or_batch_is_named_in_one_line():
-    assert mismatch(WHERE, "cpu (Some CPU)", "abc123", 1) is None
+    assert mismatch(WHERE, Device("cpu", "Some CPU"), "abc123", 1) is None
     assert mismatch(WHERE, None, None, None) is None                    # unknown parts are not compared
-    text = mismatch(WHERE, "cuda (NVIDIA H100 80GB HBM3)", "abc123", 1)
+    assert mismatch(WHERE, Device("cpu"), "abc123", 1) is None          # a CPU whose name is unknown
+    text = mismatch(WHERE, Device("cuda", "NVIDIA H100 80GB HBM3"), "abc123", 1)
     assert "device cuda (NVIDIA H100 80GB HBM3), tuned on cpu (Some CPU)" in text and "\n" not in text
-    text = mismatch(WHERE, "cpu (Some CPU)", "fff000", 32)
+    assert "device cpu (Other CPU), tuned on cpu (Some CPU)" in mismatch(WHERE, Device("cpu", "Other CPU"), None, 1)
+    text = mismatch(WHERE, Device("cpu", "Some CPU"), "fff000", 32)
     assert "model weights fff000, tuned with recdiff/assets/embedded (weights abc123)" in text
-    assert "batch 32, tuned at batch 1" in text and "device" not in text
+    assert "run.timing_batch=32, tuned at run.timing_batch=1" in text and "device" not in text
+
+
+def test_a_preset_composes_the_timing_batch_it_was_tuned_at(conf):
+    """sampler=tuned/<name> times what the preset claims: a batch-32 preset sets run.timing_batch=32, so the sweep's
+    warning compares like with like and says nothing; a timing batch given on the command line wins, and is named."""
+    b32 = dataclasses.replace(WHERE, name="mine-b32", timing_batch=32)
+    write_preset(conf / "sampler" / "tuned" / "mine-b32.yaml", settings(tuned(), SEARCHED), b32, "")
+    plan = composed(conf, "sampler=tuned/mine-b32")
+    assert plan.run.timing_batch == 32 and plan.sampler.preset.timing_batch == 32
+    assert mismatch(plan.sampler.preset, Device("cpu", "Some CPU"), "abc123", plan.run.timing_batch) is None
+    given = composed(conf, "sampler=tuned/mine-b32", "run.timing_batch=1")
+    assert given.run.timing_batch == 1
+    assert "run.timing_batch=1, tuned at run.timing_batch=32" in mismatch(given.sampler.preset, None, None, 1)
+
+
+def test_a_preset_written_before_timing_batch_still_composes_and_loads(conf):
+    """The older layout (``# @package sampler``, the provenance's ``batch_size``) reads as before, its batch size as
+    the timing batch; it sets no timing batch of its own."""
+    path = conf / "sampler" / "tuned" / "old.yaml"
+    path.parent.mkdir()
+    path.write_text("# @package sampler\ndefaults:\n- /sampler/diffusion@_here_\n- _self_\nr_inner: 2\npreset:\n"
+                    "  name: old\n  device: cpu (Some CPU)\n  batch_size: 32\n  study: s\n")
+    plan = composed(conf, "sampler=tuned/old")
+    assert plan.sampler.r_inner == 2 and plan.run.timing_batch == 1
+    assert plan.sampler.preset.timing_batch == 32 and plan.sampler.preset.batch_size is None
+    params = read_preset(path)
+    assert params.r_inner == 2 and params.preset.timing_batch == 32
+
+
+def test_an_existing_preset_is_replaced_only_when_told(tmp_path):
+    path = write_preset(tmp_path / "p.yaml", settings(tuned(), SEARCHED), WHERE, "")
+    before = path.read_text()
+    with pytest.raises(RecdiffError) as err:
+        write_preset(path, settings(tuned(r_inner=2), SEARCHED), WHERE, "")
+    assert str(err.value) == (f"preset {path} exists: tune.overwrite=true replaces it, tune.name=<name> writes "
+                              "another")
+    assert path.read_text() == before and [p.name for p in tmp_path.iterdir()] == ["p.yaml"]   # no temporary left
+    write_preset(path, settings(tuned(r_inner=2), SEARCHED), WHERE, "", overwrite=True)
+    assert read_preset(path).r_inner == 2
 
 
 def test_load_preset_with_a_model_warns_when_it_runs_elsewhere(tmp_path):
-    here = dataclasses.replace(WHERE, device=device_label("cpu"), weights=None)
+    here = dataclasses.replace(WHERE, device=describe("cpu").label, weights=None)
     path = write_preset(tmp_path / "p.yaml", settings(tuned(), SEARCHED), here, "")
     model = SimpleNamespace(device="cpu", source=str(tmp_path / "no-such-checkpoint"))
     with warnings.catch_warnings():
@@ -147,7 +191,7 @@ def test_a_sweep_with_a_preset_tuned_elsewhere_warns_in_one_line(tmp_path):
         path.unlink()
     lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "is used elsewhere than it was tuned" in ln]
     assert len(lines) == 1
-    assert f"device {device_label('cpu')}, tuned on cpu (Some CPU)" in lines[0]
+    assert f"device {describe('cpu').label}, tuned on cpu (Some CPU)" in lines[0]
     assert "tuned with recdiff/assets/embedded (weights abc123)" in lines[0]      # the fixture's weights differ
 
 

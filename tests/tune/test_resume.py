@@ -15,16 +15,18 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from recdiff.device import describe
 from recdiff.study import HEARTBEAT_ATTR, open_storage
 from recdiff.tune import read_preset
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-STUDY = "tune-embedded-compose-cpu-b1"
+SLUG = describe("cpu").slug()   # the subprocess runs on this machine's CPU
+STUDY = f"tune-embedded-compose-{SLUG}-b1"
 TINY = ["run.batch_size=1", "run.threads=1", "benchmark.limit=2", "tune.holdout_limit=2", "run.speed_samples=1",
-        "run.repeats=2", "run.warmup=0", "run.n_traces=0", "study.n_trials=3", "study.heartbeat_interval=1",
-        "study.grace_period=30"]
+        "run.repeats=2", "tune.holdout_speed_samples=2", "tune.holdout_repeats=2", "run.warmup=0", "run.n_traces=0",
+        "study.n_trials=3", "study.heartbeat_interval=1", "study.grace_period=30"]
 
 
 def tune_args(tmp_path: Path) -> list[str]:
@@ -84,5 +86,6 @@ def test_killed_mid_search_and_run_again_it_continues_and_loses_no_trial(tmp_pat
                or t.user_attrs.get("fail_kind") == "timeout"]
     assert len(counted) == 3 and not any(t.state == TrialState.RUNNING for t in final)
     assert "speed-up vs static r=32 [95% CI]" in done.stdout and "paper defaults" in done.stdout
-    preset = read_preset(tmp_path / "presets" / "embedded-cpu-b1.yaml")
-    assert preset.preset.study == STUDY and preset.preset.batch_size == 1
+    preset = read_preset(tmp_path / "presets" / f"embedded-{SLUG}-b1.yaml")
+    assert preset.preset.study == STUDY and preset.preset.timing_batch == 1
+    assert (preset.preset.held_out_speed_samples, preset.preset.held_out_repeats) == (2, 2)

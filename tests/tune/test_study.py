@@ -1,6 +1,7 @@
 """The tune's search in-process, with a fake trial runner (no model): the paper's defaults first, Optuna's own
-constraint on every measured trial, the budgets (trials, time, patience), a resumed study, the confirmation on the
-held-out slice. The real runner, a kill and a resume run in a subprocess in test_resume.py."""
+constraint on every measured trial, the budgets (trials, time, patience), a resumed study (never on another device's
+measurements), the confirmation on the held-out slice with intervals by problem, the preset and its provenance. The
+real runner, a kill and a resume run in a subprocess in test_resume.py."""
 
 from __future__ import annotations
 
@@ -9,15 +10,31 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState
 
+import recdiff.device
 import recdiff.trial
+from recdiff.errors import RecdiffError
 from recdiff.params import DiffusionParams
+from recdiff.timing import clustered_median_interval
 from recdiff.trial import TrialResult
 from recdiff.tune.budget import Budget, confirmation_s, next_trial_s
 from recdiff.tune.choice import Measured, since_gain
 from recdiff.tune.confirm import confirm
 from recdiff.tune.design import steps
 from recdiff.tune.plan import compose
-from recdiff.tune.study import counted, measure_grid, measured, open_tuning, search
+from recdiff.tune.study import counted, holdout_factor, measure_grid, measured, open_tuning, search
+
+CPU = "Acme(R) Rocket(TM) 9000 CPU @ 3.00GHz"   # no preset in conf/ was tuned on it
+
+
+@pytest.fixture(autouse=True)
+def acme(monkeypatch):
+    monkeypatch.setattr(recdiff.device, "cpu_name", lambda: CPU)
+
+
+def cells(speed: float, problems: int, rounds: int) -> list[list[float]]:
+    """The fake's per-problem, per-round speed-ups: problem i at speed × (0.9 + 0.2 i / (problems - 1)) in every
+    round, so that the problems, not the rounds, make the spread."""
+    return [[speed * (0.9 + 0.2 * i / max(problems - 1, 1))] * rounds for i in range(problems)]
 
 
 class FakeWork:
@@ -39,7 +56,8 @@ def fake_run_trial(calls: list):
         Path(output_dir).mkdir(parents=True, exist_ok=True)
         attrs = dict(accuracy_low={1.0: 0.93, 0.5: 0.43}[acc], accuracy_high=1.0, n_samples=48,
                      output_dir=str(output_dir), speedup=speed, speedup_lo=speed * 0.97, speedup_hi=speed * 1.03,
-                     timing_batch=run.timing_batch)
+                     timing_batch=run.timing_batch, speed_samples=run.speed_samples, timing_rounds=run.repeats,
+                     threads=1, speedup_cells=cells(speed, run.speed_samples, run.repeats))
         return TrialResult(accuracy=acc, tokens_per_s=30 * speed, attrs=attrs)
 
     return run
@@ -124,10 +142,12 @@ def test_the_time_budget_keeps_the_confirmations_time(tmp_path, calls):
     clock = [0.0]
     t = tuning(tmp_path, "study.n_trials=20", budget=Budget(100.0, clock=lambda: clock[0]))
     ref = Measured(0, {}, 1.0, 0.97, 1.03, 1.0, 0.93, 1.0, seconds=30.0)
-    # the reference took 30 s: the next trial is expected to take 45 s, the confirmation 1.5 × 90 s
+    # the reference took 30 s: the next trial is expected to take 45 s, the confirmation 1.5 × 90 s on a held-out slice
+    # like the searched one; timed on 8 × 5 calls per round instead of 3 × 3, 40/9 times that
     assert next_trial_s([], 30.0) == 45.0 and confirmation_s(30.0, None, None, 1.0) == pytest.approx(135.0)
+    assert holdout_factor(t.tp) == pytest.approx(40 / 9)
     why = search(t, ref, 0.93, lambda line: None)
-    assert why.startswith("the time budget holds no further trial and the confirmation (0:00 of 1:40 used, 135 s")
+    assert why.startswith("the time budget holds no further trial and the confirmation (0:00 of 1:40 used, 600 s")
     assert t.search.get_trials() == [] and calls == []
 
 
@@ -153,9 +173,13 @@ def test_the_confirmation_measures_reference_defaults_and_choice_on_the_held_out
     assert [held[k].speedup for k in ("reference", "defaults", "chosen")] == [1.0, 1.6, 4.0]
     trials = t.holdout.get_trials()
     assert [tr.user_attrs["config"]["benchmark"]["offset"] for tr in trials] == [48, 48, 48]
-    # the reference is timed against itself in the fewest rounds; the others as the search times them
+    # the reference is timed against itself in the fewest rounds; the others on 8 problems in 5 rounds
     assert [(tr.user_attrs["config"]["run"]["speed_samples"], tr.user_attrs["config"]["run"]["repeats"])
-            for tr in trials] == [(1, 2), (3, 3), (3, 3)]
+            for tr in trials] == [(1, 2), (8, 5), (8, 5)]
+    # their intervals resample the problems (each with its rounds), not the recorded cells' ±3%
+    for label, speed in (("defaults", 1.6), ("chosen", 4.0)):
+        _, lo, hi = clustered_median_interval(cells(speed, 8, 5))
+        assert (held[label].speedup_lo, held[label].speedup_hi) == (lo, hi) and lo < speed * 0.97
     # the defaults as the choice: measured once
     again = confirm(t, t.tp.defaults(), lambda line: None)
     assert again["chosen"].number == again["defaults"].number == 1 and len(t.holdout.get_trials()) == 3
@@ -178,8 +202,9 @@ def test_an_interrupted_trial_runs_again_before_anything_new(tmp_path, calls):
 
 
 def test_the_command_ends_with_its_table_and_a_preset_that_loads(tmp_path, calls, capsys):
+    from recdiff.presets import read_preset
+    from recdiff.trial.provenance import code_version
     from recdiff.tune.__main__ import tune
-    from recdiff.tune.preset import read_preset
 
     argv = ["run.batch_size=1", "benchmark.limit=48", "study.n_trials=10", "tune.trial_timeout_x=1000",
             f"study.storage={tmp_path}/j.log",
@@ -187,12 +212,65 @@ def test_the_command_ends_with_its_table_and_a_preset_that_loads(tmp_path, calls
     assert tune(argv, start=0.0) == 0
     out = capsys.readouterr().out
     # the first trials: the defaults, then one knob moved each; the fake runs r_inner=2 (the 10th) at 8/3 = 2.67x, the
-    # defaults and every other move but r_inner=8 at 1.6x
-    chosen, paper, ref, *_ = out.split("speed-up vs static r=32 [95% CI]")[1].splitlines()[1:]
-    assert chosen.startswith("chosen") and "2.67x [2.59, 2.75]" in chosen and chosen.endswith("r_inner=2")
-    assert paper.startswith("paper defaults") and "1.60x [1.55, 1.65]" in paper
+    # defaults and every other move but r_inner=8 at 1.6x; on the held-out slice their intervals are by problem
+    chosen, paper, ref, runner, *_ = out.split("speed-up vs static r=32 [95% CI]")[1].splitlines()[1:]
+    _, lo, hi = clustered_median_interval(cells(8 / 3, 8, 5))
+    assert chosen.startswith("chosen") and f"2.67x [{lo:.2f}, {hi:.2f}]" in chosen and chosen.endswith("r_inner=2")
+    _, lo, hi = clustered_median_interval(cells(1.6, 8, 5))
+    assert paper.startswith("paper defaults") and f"1.60x [{lo:.2f}, {hi:.2f}]" in paper
     assert ref.startswith("static r=32 = reference") and "held-out" in ref
+    assert runner.startswith("runner-up") and "searched" in runner and "[1.55, 1.65]" in runner   # as recorded
     assert "the chosen setting beats the paper's defaults beyond the intervals" in out
-    preset = read_preset(tmp_path / "p" / "embedded-cpu-b1.yaml")
-    assert preset.r_inner == 2 and preset.epsilon == 0.03 and preset.preset.batch_size == 1
-    assert preset.preset.result.startswith("2.67x [2.59, 2.75] vs static r=32")
+    path = tmp_path / "p" / "embedded-cpu-acme-rocket-b1.yaml"
+    preset = read_preset(path)
+    assert preset.r_inner == 2 and preset.epsilon == 0.03
+    p = preset.preset
+    assert p.result.startswith("2.67x [") and p.device == f"cpu ({CPU})" and p.name == path.stem
+    assert (p.version, p.commit) == code_version()
+    assert (p.timing_batch, p.speed_samples, p.repeats, p.timing_threads) == (1, 3, 3, 1)
+    assert (p.trials_complete, p.trials_total, p.held_out_speed_samples, p.held_out_repeats) == (10, 10, 8, 5)
+    # a second run is refused before it searches: the preset is there (exit 2, one line naming it)
+    before = path.read_text()
+    with pytest.raises(RecdiffError, match=f"preset {path} exists: tune.overwrite=true replaces it"):
+        tune(argv, start=0.0)
+    assert path.read_text() == before
+
+
+def test_a_preset_written_meanwhile_is_not_replaced(tmp_path, calls, monkeypatch):
+    """The file appears while the tune runs (another tune of the same name): the write is refused as well."""
+    import recdiff.tune.confirm
+    from recdiff.tune.__main__ import tune
+
+    path = tmp_path / "p" / "mine.yaml"
+    real = recdiff.tune.confirm.confirm
+
+    def confirm_then_another_tune_writes(*args):
+        out = real(*args)
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("# another tune's\n")
+        return out
+
+    monkeypatch.setattr(recdiff.tune.confirm, "confirm", confirm_then_another_tune_writes)
+    argv = ["run.batch_size=1", "benchmark.limit=48", "study.n_trials=2", "tune.trial_timeout_x=1000",
+            f"study.storage={tmp_path}/j.log", f"study.artifact_dir={tmp_path}/art", f"tune.output_dir={tmp_path}/out",
+            f"tune.preset_dir={tmp_path}/p", "tune.name=mine"]
+    with pytest.raises(RecdiffError, match=f"preset {path} exists: tune.overwrite=true replaces it"):
+        tune(argv, start=0.0)
+    assert path.read_text() == "# another tune's\n"
+    assert tune([*argv, "tune.overwrite=true"], start=0.0) == 0 and path.read_text().startswith("# @package _global_")
+
+
+def test_a_resumed_tune_never_reuses_another_devices_measurements(tmp_path, calls, monkeypatch):
+    """Two CPUs of one family share the study's default name (its slug); the study's identity holds the device's
+    name, so the second machine is refused in one line before it measures anything."""
+    t = tuning(tmp_path)
+    reference(t)
+    (trial,) = t.reference.get_trials()
+    assert trial.user_attrs["identity"]["device"] == {"kind": "cpu", "name": CPU}
+    monkeypatch.setattr(recdiff.device, "cpu_name", lambda: "Acme(R) Rocket(TM) 9100 CPU @ 3.20GHz")
+    with pytest.raises(RecdiffError) as err:
+        tuning(tmp_path)
+    assert str(err.value).startswith(
+        f"study '{t.reference.study_name}' holds trials measured otherwise (trial 0): device.name='Acme(R) Rocket(TM) "
+        f"9100 CPU @ 3.20GHz' here, '{CPU}' there.")
+    assert len(calls) == 1 and len(t.reference.get_trials()) == 1

@@ -1,16 +1,20 @@
 """The soak's verdict: what became of every configuration, read from the study once the sweep has ended, and the
 checks that nothing was lost or doubled.
 
-One row per configuration of the grid (and per baseline the sweep recorded): COMPLETE once (possibly after failed
-attempts, named by kind: a worker killed or paused, an interrupted run), DOUBLED, or missing with the reason (still
-RUNNING, re-queued and never run again, retries exhausted, failed, never claimed). The checks:
+One row per configuration of the grid (and per baseline the sweep recorded, and per configuration outside the grid):
+COMPLETE once (possibly after failed attempts, named by kind: a worker killed or paused, an interrupted run), DOUBLED
+(COMPLETE twice, or recorded under two ``config_hash`` values), or missing with the reason (still RUNNING, re-queued and
+never run again, retries exhausted, failed, never claimed). A configuration is its parameters: trials of the same
+parameters are one configuration whatever hash they were recorded under. The checks:
 
-- every configuration COMPLETE exactly once;
+- every configuration COMPLETE exactly once, under one hash;
+- no trial outside the grid (the baselines aside);
 - no trial left RUNNING or WAITING;
 - no result from a worker whose claim had been taken over: no trial failed as ``worker_died`` carries values or
   anything of a measurement, and every result a worker logged as dropped belongs to such a failed trial;
 - no traceback in any worker's output, every worker that stopped with an error said so in one ``error:`` line, and
-  none exited with the code of bad input (2).
+  none exited with the code of bad input (2);
+- every scheduled fault landed (a fault that found nothing to land on tested nothing).
 """
 
 from __future__ import annotations
@@ -37,10 +41,11 @@ class Row:
     verdict: str
     trials: list[int]
     recorded_by: str = ""
+    in_grid: bool = True      # a grid point or a baseline; False: a configuration the grid does not name
 
     @property
     def ok(self) -> bool:
-        return self.verdict.startswith("COMPLETE once")
+        return self.in_grid and self.verdict.startswith("COMPLETE once")
 
 
 @dataclass
@@ -77,9 +82,21 @@ def _label(params: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in params.items())
 
 
+def _configuration(t: FrozenTrial) -> tuple[Any, ...]:
+    """What makes two trials one configuration: a baseline or not, and its parameters (normalised); its hash where it
+    has none."""
+    if not t.params:
+        return ("hash", t.user_attrs.get("config_hash", f"trial {t.number}"))
+    return bool(t.user_attrs.get("baseline")), tuple(sorted((k, _norm(v)) for k, v in t.params.items()))
+
+
 def _row(label: str, trials: list[FrozenTrial], workers: dict[int, Worker], max_retry: int) -> Row:
     numbers = [t.number for t in trials]
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    hashes = sorted({str(t.user_attrs["config_hash"]) for t in trials if "config_hash" in t.user_attrs})
+    if len(hashes) > 1:   # one configuration claimed under two hashes: its exactly-once rests on the hash
+        return Row(label, f"DOUBLED: recorded under {len(hashes)} config hashes ({', '.join(hashes)}; COMPLETE "
+                          f"×{len(complete)})", numbers)
     failed = Counter(t.user_attrs.get("fail_kind", "unknown") for t in trials if t.state == TrialState.FAIL)
     kinds = ", ".join(f"{k} ×{n}" for k, n in sorted(failed.items()))
     if len(complete) == 1:
@@ -124,21 +141,27 @@ def _logs(workers: list[Worker]) -> tuple[list[int], list[str], Counter]:
 def judge(trials: list[FrozenTrial], axes: list[tuple[str, list[str]]], workers: list[Worker],
           faults: list[Landed], max_retry: int) -> Verdict:
     by_pid = {w.pid: w for w in workers}
-    groups: dict[str, list[FrozenTrial]] = {}
+    groups: dict[tuple[Any, ...], list[FrozenTrial]] = {}
     for t in trials:
         if t.state == TrialState.PRUNED and "duplicate_of" in t.user_attrs:
             continue   # a claim that stepped back for an earlier one: never measured
-        groups.setdefault(t.user_attrs.get("config_hash", f"trial {t.number}"), []).append(t)
+        groups.setdefault(_configuration(t), []).append(t)
     rows = []
     for point in grid_points(axes):
         want = {k: _norm(v) for k, v in point.items()}
-        digest = next((h for h, ts in groups.items() if not ts[0].user_attrs.get("baseline")
-                       and all(_norm(ts[0].params.get(k)) == v for k, v in want.items())), None)
-        rows.append(_row(_label(point), groups.pop(digest, []), by_pid, max_retry))
-    for ts in groups.values():   # the baselines, and anything the grid does not name
-        extra = " [baseline]" if ts[0].user_attrs.get("baseline") else " [not in the grid]"
-        params = {k: v for k, v in ts[0].params.items() if k in ("sampler", "r", "r_inner", "beta")}
-        rows.append(_row(_label(params) + extra, ts, by_pid, max_retry))
+        found = next((c for c, ts in groups.items() if not ts[0].user_attrs.get("baseline")
+                      and all(_norm(ts[0].params.get(k)) == v for k, v in want.items())), None)
+        rows.append(_row(_label(point), groups.pop(found, []), by_pid, max_retry))
+    # outside the grid: the axes and whatever else varies between the study's configurations
+    varying = {key.rsplit(".", 1)[-1] for key, _ in axes} | {k for k in {k for t in trials for k in t.params}
+                                          if len({_norm(t.params.get(k)) for t in trials}) > 1}
+    for ts in groups.values():   # the baselines, and anything the grid does not name (a fault: never fine)
+        baseline = bool(ts[0].user_attrs.get("baseline"))
+        params = {k: v for k, v in ts[0].params.items()
+                  if k in (("sampler", "r", "r_inner", "beta") if baseline else varying)}
+        row = _row(_label(params) + (" [baseline]" if baseline else " [not in the grid]"), ts, by_pid, max_retry)
+        row.in_grid = baseline
+        rows.append(row)
 
     left = [t.number for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     taken = [t for t in trials if t.state == TrialState.FAIL and t.user_attrs.get("fail_kind") == "worker_died"]
@@ -149,10 +172,14 @@ def judge(trials: list[FrozenTrial], axes: list[tuple[str, list[str]]], workers:
     paused = {f.pid for f in faults if f.kind == "pause" and f.landed}
     from_paused = [t.number for t in taken if "no heartbeat" in t.user_attrs.get("fail_reason", "")
                    and (t.system_attrs.get(CLAIMANT_ATTR) or {}).get("pid") in paused]
-    bad = [r for r in rows if not r.ok]
+    named = [r for r in rows if r.in_grid]
+    bad = [r for r in named if not r.ok]
+    outside = [f"{r.config} (trials {r.trials})" for r in rows if not r.in_grid]
+    missed = [f"{f.kind}: {f.note or 'not landed'}" for f in faults if not f.landed]
     checks = {
         "every configuration COMPLETE exactly once": (
-            not bad, f"{len(rows) - len(bad)} of {len(rows)}" + (f"; not: {[r.config for r in bad]}" if bad else "")),
+            not bad, f"{len(named) - len(bad)} of {len(named)}" + (f"; not: {[r.config for r in bad]}" if bad else "")),
+        "no trial outside the grid": (not outside, "; ".join(outside) or "none"),
         "no trial left RUNNING or WAITING": (not left, f"left: {left}" if left else "none"),
         "no result from a worker whose claim was taken over": (
             not tainted and not landed_late,
@@ -161,6 +188,8 @@ def judge(trials: list[FrozenTrial], axes: list[tuple[str, list[str]]], workers:
             + (f"; dropped results on trials not failed {landed_late}" if landed_late else "")),
         "no traceback; every error one line": (
             not problems, "; ".join(problems) or ("ok" if workers else "no worker logs here")),
+        "every scheduled fault landed": (
+            not missed, "; ".join(missed) or (f"{len(faults)} of {len(faults)}" if faults else "none scheduled here")),
     }
     kinds = Counter(t.user_attrs.get("fail_kind") for t in trials if t.state == TrialState.FAIL)
     counts = {"trials": len(trials), "fail_kinds": dict(kinds), "taken_over_from_paused": from_paused,

@@ -1,0 +1,118 @@
+"""Reading tuned presets: ``conf/sampler/tuned/<name>.yaml`` (written by ``python -m recdiff.tune``), the diffusion
+sampler's settings over its structured node, with their provenance (``sampler.preset``,
+:class:`recdiff.params.Provenance`) and the timing batch they were tuned at (``run.timing_batch``).
+
+- ``python sweep.py sampler=tuned/<name>`` composes it (settings and timing batch); run on another device, with other
+  weights or timed at another batch than it was tuned, the job warns in one line naming the difference
+  (:func:`mismatch`, called by ``recdiff/study/job.py``);
+- ``recdiff.generate(model, prompts, **recdiff.load_preset(name))``: :func:`load_preset` gives the keyword arguments
+  (a :class:`RecdiffError` for an unknown knob), and with ``model=`` warns when the model or its device differ.
+
+Below both the study package and the tune (which writes presets, ``recdiff/tune/preset.py``): either may import it.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+from recdiff.device import Device, describe, parse_label
+from recdiff.errors import RecdiffError
+from recdiff.params import DiffusionParams, Provenance
+
+PRESET_DIR = Path(__file__).resolve().parents[1] / "conf" / "sampler" / "tuned"   # `sweep.py sampler=tuned/<name>`
+
+
+class PresetWarning(UserWarning):
+    """A preset used on another device, model or timing batch than it was tuned for."""
+
+
+def mismatch(p: Provenance, device: Device | None, weights: str | None, timing_batch: int | None) -> str | None:
+    """One line naming how this run differs from where the preset was tuned; None when it does not (unknown parts
+    are not compared)."""
+    diffs = []
+    tuned = parse_label(p.device)
+    if device is not None and tuned is not None and device.differs(tuned):
+        diffs.append(f"device {device.label}, tuned on {p.device}")
+    if p.weights and weights and weights != p.weights:
+        diffs.append(f"model weights {weights}, tuned with {p.model} (weights {p.weights})")
+    if timing_batch is not None and p.timing_batch is not None and timing_batch != p.timing_batch:
+        diffs.append(f"run.timing_batch={timing_batch}, tuned at run.timing_batch={p.timing_batch}")
+    if not diffs:
+        return None
+    return (f"preset {p.name or '?'} is used elsewhere than it was tuned: {'; '.join(diffs)}. Its speed-up may not "
+            "carry over: python -m recdiff.tune finds this machine's (docs/tune.md)")
+
+
+def preset_path(name_or_path: str | os.PathLike) -> Path:
+    """A preset's file: a path to a ``.yaml`` file, or a name under ``conf/sampler/tuned``."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.is_file():
+        path = p
+    else:
+        path = PRESET_DIR / f"{name_or_path}.yaml"
+    if not path.is_file():
+        known = sorted(f.stem for f in PRESET_DIR.glob("*.yaml"))
+        raise RecdiffError(f"preset {name_or_path!r}: no file {path} (presets in {PRESET_DIR}: "
+                           f"{', '.join(known) or 'none'})")
+    return path
+
+
+def sampler_node(raw: dict[str, Any]) -> dict[str, Any]:
+    """The sampler's settings of a preset file: its ``sampler`` node (``# @package _global_``, beside
+    ``run.timing_batch``), or the whole file (``# @package sampler``, as presets were written before)."""
+    raw = {k: v for k, v in raw.items() if k != "defaults"}
+    if not isinstance(raw.get("sampler"), dict):
+        return raw
+    other = sorted(set(raw) - {"sampler", "run"}) + [f"run.{k}" for k in (raw.get("run") or {}) if k != "timing_batch"]
+    if other:
+        raise RecdiffError(f"unknown config key {other[0]!r}: a preset holds sampler.* and run.timing_batch")
+    return raw["sampler"]
+
+
+def read_preset(name_or_path: str | os.PathLike) -> DiffusionParams:
+    """The preset's settings over the diffusion sampler's defaults, checked as a sweep checks them (one
+    :class:`RecdiffError` line naming the file), with its provenance in ``.preset``."""
+    from omegaconf import OmegaConf
+
+    from recdiff.errors import describe_error
+
+    path = preset_path(name_or_path)
+    try:
+        raw = OmegaConf.to_container(OmegaConf.load(path))
+        if not isinstance(raw, dict):
+            raise RecdiffError("not a mapping of settings")
+        node = OmegaConf.merge(OmegaConf.structured(DiffusionParams),
+                               OmegaConf.create({"sampler": sampler_node(raw)}).sampler)
+        params = OmegaConf.to_object(node)
+    except Exception as exc:  # noqa: BLE001 — YAML, OmegaConf and the sampler's own checks: one line
+        raise RecdiffError(f"preset {path}: {describe_error(exc)}") from None
+    complaint = params.complaint()
+    if complaint:
+        raise RecdiffError(f"preset {path}: {complaint}")
+    return params
+
+
+def model_weights(model: Any) -> str | None:
+    """The digest of a loaded model's weight files (as a study's identity records it); None when unknown."""
+    from recdiff.digest import weights_digest
+    from recdiff.load import resolve_checkpoint, weight_files
+
+    try:
+        return weights_digest(weight_files(resolve_checkpoint(model.source)))
+    except (AttributeError, OSError, RecdiffError):
+        return None
+
+
+def load_preset(name_or_path: str | os.PathLike, model: Any = None) -> dict[str, Any]:
+    """The keyword arguments of a tuned preset for :func:`recdiff.generate`: ``sampler`` and its settings. With
+    ``model`` (a loaded model), a :class:`PresetWarning` when the model or its device differ from where the preset
+    was tuned. A preset naming a knob the diffusion sampler does not have is a :class:`RecdiffError`."""
+    params = read_preset(name_or_path)
+    if model is not None and params.preset is not None:
+        warning = mismatch(params.preset, describe(str(model.device)), model_weights(model), None)
+        if warning:
+            warnings.warn(warning, PresetWarning, stacklevel=2)
+    return {"sampler": params.name, **params.params()}
