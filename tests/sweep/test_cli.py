@@ -207,7 +207,7 @@ def test_every_config_file_composes(overrides):
     cfg = compose_cfg(overrides)
     make_plan(cfg)   # every setting passes the plan's checks
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    assert resolved["sampler"]["name"] in ("static", "adaptive", "speculative", "diffusion")
+    assert resolved["sampler"]["name"] in ("static", "adaptive", "speculative", "diffusion", "loopspec")
     assert resolved["study"]["metric_names"] == ["accuracy", "tokens_per_s"]
     if overrides[0].startswith("sweeps="):
         assert resolved["study"]["name"].startswith(overrides[0].split("=")[1])

@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 from optuna.trial import TrialState
@@ -22,22 +21,20 @@ from .test_scale import exactly_once
 
 pytestmark = pytest.mark.slow
 
-BUDGET_S = 180   # the CI machine: 2 cores
+BUDGET_S = 180   # about what it takes on the CI machine (2 cores); the timeout below is a hang guard only: a busy
+# machine may take longer, and what the soak must show is its outcome, not its speed
 
 
 @pytest.mark.slow
 def test_a_soak_of_four_workers_ends_with_every_configuration_complete_exactly_once(tmp_path, postgres):
     restart = f"{postgres.stop_cmd} && sleep 1 && {postgres.start_cmd}"
-    began = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "recdiff.tools.soak", "--workers", "4", "--storage", postgres.url, "--restart-cmd",
          restart, "--restarts", "1", "--kills", "2", "--pauses", "1", "--seed", "45", "--window", "20",
          "--grace-s", "10", "--heartbeat-s", "1", "--out", str(tmp_path / "soak")],
-        cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=2 * BUDGET_S)
-    took = time.monotonic() - began
+        cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=4 * BUDGET_S)
     report = json.loads((tmp_path / "soak" / "soak.json").read_text())
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
-    assert took < BUDGET_S, f"the soak took {took:.0f} s"
     landed = {kind: sum(f["landed"] for f in report["faults"] if f["kind"] == kind) for kind in KINDS}
     assert all(n >= 1 for n in landed.values()), landed
     assert report["runs"] == 2                                   # interrupted once, then the same command again
