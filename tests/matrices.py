@@ -9,12 +9,14 @@ from pathlib import Path
 
 # One configuration per sampler, for the files where a configuration is expensive (compiling, bf16, CUDA-graph
 # captures): the diffusion row exercises adaptive freezing, headway and momentum, and its width changes from step to
-# step. r' = 4 (the paper's default) runs its inner recurrences in one compiled call, the graph a full-slot prefill
-# uses too.
+# step; the loopspec row's second readout puts lanes on branches of their own. The diffusion row stays last (the
+# warm-up tests take it). r' = 4 (the paper's default) runs its inner recurrences in one compiled call, the graph a
+# full-slot prefill uses too.
 ONE_PER_SAMPLER = [
     ("static", {"r": 6}),
     ("adaptive", {"r": 8, "epsilon": 0.05}),
     ("speculative", {"r": 6, "r_draft": 2, "lookahead": 3}),
+    ("loopspec", {"r": 6, "r_draft": 2, "r_draft2": 4}),
     ("diffusion", {"r": 8, "r_inner": 4, "epsilon": 0.05, "headway": 2, "eta": 0.2}),
 ]
 
@@ -26,6 +28,7 @@ EVERY_SAMPLER = [
     ("adaptive", {"r": 16, "epsilon": 0.05}),
     ("adaptive", {"r": 16, "epsilon": 0.05, "kv_cache": "per_step", "exit_in_prefill": False}),
     ("speculative", {"r": 8, "r_draft": 2, "lookahead": 3}),
+    ("loopspec", {"r": 8, "r_draft": 2, "r_draft2": 4, "init_scale": 0.5}),
     ("diffusion", {"r": 8, "r_inner": 2, "freeze": "fixed"}),
     ("diffusion", {"r": 16, "r_inner": 4, "epsilon": 0.05, "wavefront": 24}),
     ("diffusion", {"r": 16, "r_inner": 4, "epsilon": 0.05, "wavefront": 24, "adaptive_rule": "reference",

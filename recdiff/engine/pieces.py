@@ -127,15 +127,10 @@ def exit_piece(n: int, per_step: bool, epsilon: float) -> Piece:
     return piece
 
 
-@functools.cache
-def plane_decode_piece(plane: int) -> Piece:
-    """C of a prefill into a lanes cache, its coda K/V in readout plane ``plane`` (float32 logits)."""
-
-    def piece(model: RecurrentDepthModel, run: Runner, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-        z, pos, keys, write, *rows = args
-        return (model.decode(z, _call(run, pos, keys, write, *rows), run.cache, True, plane),)
-
-    return piece
+def plane_decode_piece(model: RecurrentDepthModel, run: Runner, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    """C of a prefill into a lanes cache, its coda K/V in the readout plane ``plane`` (0-d; float32 logits)."""
+    z, pos, keys, write, plane, *rows = args
+    return (model.decode(z, _call(run, pos, keys, write, *rows), run.cache, True, plane),)
 
 
 def lane_call(run: Runner, pos: Tensor, slot: Tensor, visible: Tensor, rows: Tensor) -> Call:

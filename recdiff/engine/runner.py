@@ -198,8 +198,9 @@ class Runner:
                write: Tensor | None = None, float32: bool = True, plane: int = 0) -> Tensor:
         """C; ``plane``: the coda's K/V plane of a lanes cache (its readout depth)."""
         pkw, rows_arg = self._tail(pos, keys, write, rows)
-        if plane:
-            return self.run(f"decode{len(rows_arg)}-plane{plane}", plane_decode_piece(plane), (z, *pkw, *rows_arg))[0]
+        if self.policy == "lanes":  # the plane a tensor: one program for every readout
+            at = torch.tensor(plane, device=self.device)
+            return self.run(f"decode{len(rows_arg)}-plane", plane_decode_piece, (z, *pkw, at, *rows_arg))[0]
         if not float32:
             return self.run(f"decode-raw{len(rows_arg)}", raw_decode_piece, (z, *pkw, *rows_arg))[0]
         return self.run(f"decode{len(rows_arg)}", decode_piece, (z, *pkw, *rows_arg))[0]

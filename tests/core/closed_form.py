@@ -56,7 +56,7 @@ class ClosedForm(RecurrentDepthModel):
         a = self.contraction[call.pos][..., None] if call is not None else self.contraction[0]
         return a * state + embeds
 
-    def decode(self, state: Tensor, call=None, cache=None, float32: bool = True) -> Tensor:  # float32 logits either way
+    def decode(self, state: Tensor, call=None, cache=None, float32: bool = True, plane=0) -> Tensor:  # float32 logits
         vocab = torch.arange(VOCAB, dtype=torch.float32)
         if self.script is None:
             return -(vocab - self.q * state[..., :1].float()) ** 2

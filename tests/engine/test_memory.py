@@ -22,3 +22,23 @@ def test_huginn_batch_32_at_4096_positions_fits_80_gb_next_to_the_weights():
         total = weights + cache + state
         print(f"{sampler}: weights {weights / GB:.1f} GB + cache {cache / GB:.1f} GB + state {state / GB:.2f} GB")
         assert total < 80 * GB, f"{sampler}: {total / GB:.1f} GB"
+
+
+def test_loopspec_keeps_a_plane_per_depth_sized_to_the_call():
+    """The pipelined self-speculative sampler keeps every recurrence's K/V (per-step planes) and the coda's per
+    readout: 2 prelude + 4 core × r + 2 coda × 3 layer planes of Huginn-0125's shapes. Its rows hold the call's
+    longest sequence (rounded up to a power of two) plus side places, not the block: at r = 32 that is what lets a
+    batch of 32 answers of 512 positions fit next to the weights."""
+    model = meta_huginn()
+    cfg = model.config
+    for slots, longest, r, k2 in [(1, cfg.block_size, 32, None), (32, 512, 32, 8), (32, 1024, 16, None)]:
+        weights, cache, state, batch = predicted_bytes(model, "loopspec", {"r": r, "r_draft": 4, "r_draft2": k2},
+                                                       slots, longest)
+        run = batch.runner
+        side = r // 4 if k2 else 0
+        assert longest + side + 1 <= run.length <= longest + side + 64      # the call's length, not the block's
+        per_plane = 2 * slots * run.length * cfg.num_key_value_heads * cfg.head_dim * 2
+        assert cache == (2 + 4 * r + 2 * 3) * per_plane
+        total = weights + cache + state
+        print(f"loopspec B={slots} L={longest} r={r}: cache {cache / GB:.1f} GB, total {total / GB:.1f} GB")
+        assert total < 80 * GB, f"{total / GB:.1f} GB"

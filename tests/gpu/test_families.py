@@ -94,7 +94,7 @@ def real_shape(request, tmp_path_factory):
 @pytest.mark.xdist_group("families")
 @pytest.mark.parametrize("batch", [1, 32])
 @pytest.mark.parametrize("sampler, params", SAMPLERS, ids=["static", "adaptive", "speculative", "diffusion-fixed",
-                                                           "diffusion-adaptive"])
+                                                           "diffusion-adaptive", "loopspec", "loopspec-q2"])
 def test_real_shapes_run_every_sampler_within_the_predicted_memory(real_shape, sampler, params, batch):
     name, model = real_shape
     model.__dict__.pop("_runners", None)

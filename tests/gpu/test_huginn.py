@@ -33,6 +33,8 @@ SAMPLERS = [
     ("speculative", {"r": 32, "r_draft": 4, "lookahead": 4}),
     ("diffusion", {"r": 32, "r_inner": 4, "freeze": "fixed", "eta": 0.1, "wavefront": 128}),
     ("diffusion", {"r": 32, "r_inner": 4, "epsilon": 0.03, "beta": 0.0, "eta": 0.1, "wavefront": 128}),
+    ("loopspec", {"r": 32, "r_draft": 4}),
+    ("loopspec", {"r": 32, "r_draft": 4, "r_draft2": 8}),
 ]
 
 
@@ -56,7 +58,7 @@ def huginn(tmp_path_factory):
 
 @pytest.mark.parametrize("batch", [1, 32])
 @pytest.mark.parametrize("sampler, params", SAMPLERS, ids=["static", "adaptive", "speculative", "diffusion-fixed",
-                                                           "diffusion-adaptive"])
+                                                           "diffusion-adaptive", "loopspec", "loopspec-q2"])
 def test_huginn_runs_every_sampler_within_the_predicted_memory(huginn, sampler, params, batch):
     model = huginn
     model.__dict__.pop("_runners", None)  # each case allocates its own buffers, measured from here
