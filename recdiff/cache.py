@@ -147,6 +147,20 @@ class SlotKV:
             else:
                 buf[row, dst] = buf[row, src]
 
+    def copy_forward(self, pos: Tensor, taken: Tensor, steps: int) -> None:
+        """Per-step planes: each row's position ``pos`` ``(slots,)`` ran ``taken`` recurrences; its last one's K/V
+        are copied into the planes up to ``steps`` it skipped, and the position counts as having run them."""
+        rows = torch.arange(self.slots, device=pos.device)
+        last = (taken - 1).clamp(min=0)
+        skipped = torch.arange(steps, device=pos.device)[:, None] >= taken[None, :]   # (steps, slots)
+        for i in range(self.n_prelude, self.n_prelude + self.n_core):
+            for buf in (self.k[i], self.v[i]):
+                src = buf[last, rows, pos]                                             # (slots, H, D)
+                cur = buf[:steps, rows, pos]                                           # (steps, slots, H, D)
+                buf[:steps, rows, pos] = torch.where(skipped[..., None, None], src[None], cur)
+        if self.depth is not None:
+            self.depth[rows, pos] = torch.maximum(self.depth[rows, pos], torch.full_like(taken, steps).int())
+
     def nbytes(self) -> int:
         return sum(t.nbytes for t in self.k + self.v)
 

@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 
 from recdiff.config import RecurrentConfig
 from recdiff.errors import RecdiffError
-from recdiff.families import config_json
+from recdiff.families import config_json, from_checkpoint, to_checkpoint
 from recdiff.model import RecurrentDepthModel
 from recdiff.recognition import recognise
 
@@ -190,7 +190,7 @@ def load_model(path_or_hub_id: str | os.PathLike, device: str | torch.device = "
 
         internals()  # a torch too old for the CPU compile path: one line, before the weights load
     cfg = read_config(folder, family)  # the names fit the family's model (recognise), or one line says what does not
-    tensors = _read_tensors(folder, device)
+    tensors = from_checkpoint(cfg, _read_tensors(folder, device))
     with torch.device("meta"):
         model = RecurrentDepthModel(cfg)
     expected = {k: v.shape for k, v in model.state_dict().items()}
@@ -238,6 +238,7 @@ def save_pretrained(model: RecurrentDepthModel, folder: str | os.PathLike, token
     sd = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     if model.config.tie_embeddings:
         sd.pop("lm_head.weight", None)
+    sd = to_checkpoint(model.config, sd)
     dtype = str(next(iter(sd.values())).dtype).removeprefix("torch.")
     cfg = {**config_json(model.config), "torch_dtype": dtype}
     (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")

@@ -4,6 +4,10 @@
     s_i = R(e, s_{i-1})           adapter([s, e]) then the core blocks, i = 1 … r
     p = C(s_r)                    (ln_f,) coda blocks, ln_f, head
 
+A family without input injection (Ouro) loops all its layers with the embedding as the first recurrence's input
+and ln_f closing each recurrence: s_1 = R(e), s_i = R(s_{i-1}), p = head(s_r); its exit gate gives the probability of
+exiting at each recurrence.
+
 The blocks, RoPE and whether ``ln_f`` also normalises the final state are the model family's
 (:mod:`recdiff.families`, ``config.family``): Huginn, retrofitted Llama, retrofitted OLMo-2. The layers they are built
 from are :mod:`recdiff.layers`.
@@ -36,20 +40,22 @@ class RecurrentDepthModel(nn.Module):
         c = config
         family = get_family(c.family)
         Block = family.block
-        self.transformer = nn.ModuleDict(
-            dict(
-                wte=embedding(c.padded_vocab_size, c.n_embd),
-                prelude=nn.ModuleList(Block(c) for _ in range(c.n_layers_in_prelude)),
-                adapter=nn.Linear(2 * c.n_embd, c.n_embd, bias=c.bias),
-                core_block=nn.ModuleList(Block(c) for _ in range(c.n_layers_in_recurrent_block)),
-                coda=nn.ModuleList(Block(c) for _ in range(c.n_layers_in_coda)),
-                ln_f=RMSNorm(c.n_embd, c.norm_eps),  # after the coda (Huginn: on the final state too)
-            )
+        modules = dict(
+            wte=embedding(c.padded_vocab_size, c.n_embd),
+            prelude=nn.ModuleList(Block(c) for _ in range(c.n_layers_in_prelude)),
+            core_block=nn.ModuleList(Block(c) for _ in range(c.n_layers_in_recurrent_block)),
+            coda=nn.ModuleList(Block(c) for _ in range(c.n_layers_in_coda)),
+            ln_f=RMSNorm(c.n_embd, c.norm_eps),  # after the coda (Huginn: on the final state too; Ouro: every loop)
         )
+        if family.injection:
+            modules["adapter"] = nn.Linear(2 * c.n_embd, c.n_embd, bias=c.bias)
+        self.transformer = nn.ModuleDict(modules)
         self.lm_head = nn.Linear(c.n_embd, c.padded_vocab_size, bias=False)
         if c.tie_embeddings:
             self.lm_head.weight = self.transformer.wte.weight
+        self.exit_gate = nn.Linear(c.n_embd, 1, bias=True) if family.exit_gate else None
         self.ln_f_on_state = family.ln_f_on_state
+        self.injection, self.loop_norm = family.injection, family.loop_norm
         here = torch.get_default_device()  # the enclosing ``with torch.device(...)``'s, else the CPU
         with torch.device("cpu"):  # as recdiff.load_model computes it (and on meta, a table's arange would import
             # torch._dynamo: about 3 s of every process's start-up)
@@ -97,9 +103,10 @@ class RecurrentDepthModel(nn.Module):
                 tn(p, std)
 
     def initial_state(self, like: Tensor, init_scale: float, generator: torch.Generator | None = None) -> Tensor:
-        """InitState(α): truncated normal with std α·σ_init within ±3 std (× embed scale); all zeros when α = 0."""
+        """InitState(α): truncated normal with std α·σ_init within ±3 std (× embed scale); all zeros when α = 0 (and
+        always without input injection: there the first recurrence reads the embedding, :meth:`refuses`)."""
         std = float(self.config.init_values["std"]) * init_scale
-        if std <= 0:
+        if std <= 0 or not self.injection:
             return torch.zeros_like(like)
         x = torch.empty(like.shape, dtype=torch.float32, device=like.device)
         return (truncated_normal_(x, std, generator) * self.config.embed_scale).to(like.dtype)
@@ -134,9 +141,14 @@ class RecurrentDepthModel(nn.Module):
             early = torch.arange(S, device=depth.device)[None, :] < first
             missing = early & (depth <= step)
             call = Call(call.rows, call.b_idx, call.pos, call.freqs, call.mask & ~missing[:, None, None, :], call.write)
-        x = self.transformer.adapter(torch.cat([state, embeds], dim=-1))
+        if self.injection:
+            x = self.transformer.adapter(torch.cat([state, embeds], dim=-1))
+        else:  # the embedding enters once: a state not yet recurred (all zeros: no normed state is) reads it
+            x = torch.where(state.abs().amax(-1, keepdim=True) == 0, embeds, state)
         for i, block in enumerate(self.transformer.core_block):
             x = block(x, freqs, None if call is None else (cache, call, cache.core_slot(i), step))
+        if self.loop_norm:
+            x = self.transformer.ln_f(x)
         if call is not None and cache.depth is not None:
             new = torch.zeros_like(call.pos, dtype=torch.int32) + (step + 1)
             if call.write is not None:
@@ -153,7 +165,7 @@ class RecurrentDepthModel(nn.Module):
         x = self.transformer.ln_f(state) if self.ln_f_on_state else state
         for i, block in enumerate(self.transformer.coda):
             x = block(x, freqs, None if call is None else (cache, call, cache.coda_slot(i), plane))
-        logits = self.lm_head(self.transformer.ln_f(x))
+        logits = self.lm_head(x if self.loop_norm else self.transformer.ln_f(x))
         return logits.float() if float32 else logits
 
     # ---------------------------------------------------------------------------------------------- full passes
@@ -177,6 +189,27 @@ class RecurrentDepthModel(nn.Module):
         for i in range(r_grad):
             s = self.core_step(s, e, step=r_no_grad + i)
         return self.decode(s)
+
+    def exit_probability(self, state: Tensor) -> Tensor:
+        """λ = σ(gate(state)) ``(B, T)`` in float32: the probability of exiting at this recurrence, given that no
+        earlier one was exited at (models with an exit gate)."""
+        return torch.sigmoid(self.exit_gate(state).float())[..., 0]
+
+    def refuses(self, sampler: str, params: dict) -> str | None:
+        """Why this model cannot run ``sampler`` with ``params`` (None: it can): a family's loop decides what a
+        sampler's settings mean on it."""
+        if not self.injection:
+            family = self.config.family
+            if params.get("init_scale"):
+                return (f"init_scale={params['init_scale']} on a {family} model: its loop has no initial state to "
+                        "draw (the embedding enters as the first recurrence's input); use init_scale=0")
+            if sampler == "diffusion":
+                return (f"the diffusion sampler needs input injection, which a {family} model has not: a position "
+                        "whose token changes never sees its new embedding after its first recurrence "
+                        "(docs/samplers.md, \"On models without input injection\")")
+        if params.get("exit_threshold") is not None and self.exit_gate is None:
+            return f"exit_threshold needs an exit gate, which a {self.config.family} model has not (use epsilon)"
+        return None
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -142,6 +142,11 @@ class KVCache(str, Enum):
     per_step = "per_step"
 
 
+class ExitKV(str, Enum):
+    mask = "mask"            # a position is left out at the recurrences it skipped (the authors' full cache)
+    copy = "copy"            # its last recurrence's K/V stand in at the ones it skipped
+
+
 # ---------------------------------------------------------------------------------------------- parameters
 @dataclass(frozen=True)
 class Param:
@@ -210,12 +215,19 @@ KV_CACHE = Param(KVCache.shared, one_of("shared", "per_step"),
 MAX_STEPS = Param(None, optional(positive_int),
                   "hard cap on sampler steps (null: 4·max_new_tokens·⌈r/r′⌉, four times fixed mode's steps)",
                   label="max steps", space=numeric(1, 65536, log=True))
+EXIT_KV = Param(ExitKV.mask, one_of("mask", "copy"),
+                "per_step: what later tokens see of an exited token at the recurrences it skipped: nothing (mask, "
+                "the authors' full cache) or its last recurrence's K/V (copy)", label="exit K/V")
 EXIT_IN_PREFILL = Param(True, boolean,
                         "the prompt's recurrence may exit early too (as the authors' sampler); false prefills at r")
 R_DRAFT = Param(4, recurrence, "recurrences per drafted token",
                 label="draft depth", latex=r"r_{\text{draft}}", space=numeric(1, 64, log=True))
 LOOKAHEAD = Param(4, positive_int, "tokens drafted per round, verified in one pass at r",
                   label="lookahead", latex=r"\text{lookahead}", space=numeric(1, 32, log=True))
+EXIT_THRESHOLD = Param(None, optional(unit_interval),
+                       "exit gate (Ouro): a token's exit is the first recurrence whose cumulative exit probability "
+                       "reaches this; null: no gate",
+                       symbol="q", latex="q", space=numeric(0.05, 1.0, values=[0.5, 0.7, 0.9, 1.0]))
 R_DRAFT2 = Param(None, optional(recurrence),
                  "second early readout's depth K·X (a multiple of r_draft below r); null: one early readout",
                  label="second readout depth", latex=r"r_{\text{draft2}}", space=numeric(2, 64, log=True))
@@ -286,6 +298,9 @@ class StaticParams(SamplerParams):
     r: int = R()
     init_scale: float = INIT_SCALE()
     kv_cache: KVCache = KV_CACHE()
+    exit_threshold: Optional[float] = EXIT_THRESHOLD(
+        meaning="exit gate (Ouro): every recurrence is computed and a token is read out at the first whose "
+                "cumulative exit probability reaches this (the reference's exit_threshold); null: at r")
 
 
 @dataclass
@@ -299,6 +314,10 @@ class AdaptiveParams(SamplerParams):
     init_scale: float = INIT_SCALE()
     exit_in_prefill: bool = EXIT_IN_PREFILL()
     kv_cache: KVCache = KV_CACHE()
+    exit_kv: ExitKV = EXIT_KV()
+    exit_threshold: Optional[float] = EXIT_THRESHOLD(
+        meaning="exit gate (Ouro): a token stops at the first recurrence whose cumulative exit probability reaches "
+                "this, in place of ε (its later recurrences are not computed); null: ε decides")
 
 
 @dataclass

@@ -12,7 +12,7 @@ import torch
 
 from recdiff.config import RecurrentConfig
 from recdiff.errors import RecdiffError
-from recdiff.families import Family, families, get_family
+from recdiff.families import Family, checkpoint_names, families, get_family
 from recdiff.model import RecurrentDepthModel
 
 # tensors a checkpoint may hold that are not parameters: the reference's persistent RoPE table
@@ -46,7 +46,7 @@ def fit(fam: Family, raw: dict[str, Any], weights: set[str], source: str
     kwargs, misfits = fam.read(raw)
     try:
         cfg = RecurrentConfig.from_dict({**kwargs, "family": fam.name}, source=source)
-        expected = set(expected_weights(cfg))
+        expected = checkpoint_names(cfg, set(expected_weights(cfg)))
     except (RecdiffError, ValueError, TypeError) as err:  # a config the family's model cannot be built from
         return None, misfits + [str(err).removeprefix(f"{source}: ")], float("inf")
     present = set(weights) - set(BUFFERS) - ({"lm_head.weight"} if cfg.tie_embeddings else set())

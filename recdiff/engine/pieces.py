@@ -159,3 +159,27 @@ def lane_core_piece(n: int) -> Piece:
 def lane_decode_piece(model: RecurrentDepthModel, run: Runner, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
     z, pos, slot, visible, rows, plane = args
     return (model.decode(z, lane_call(run, pos, slot, visible, rows), run.cache, True, plane),)
+
+
+@functools.cache
+def gate_exit_piece(n: int, per_step: bool, q: float) -> Piece:
+    """:func:`exit_piece` with an exit gate's rule: a row stops once its cumulative exit probability (float32, as
+    the Ouro reference accumulates it: :class:`recdiff.samplers.ar.Gate`) reaches ``q``; ``cum`` and ``rem`` (the
+    probability of no exit so far) carry over between calls."""
+
+    def piece(model: RecurrentDepthModel, run: Runner, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        z, e, exited, taken, cum, rem, pos, keys, *rest = args
+        step = rest[0] if per_step else 0
+        call = _call(run, pos, keys, run.write_all)
+        for j in range(n):
+            call = replace(call, write=~exited)  # a row that exited keeps the K/V of its last recurrence
+            z_new = model.core_step(z, e, call, run.cache, step + j)
+            lam = model.exit_probability(z_new)[:, 0]  # (B,): one position per row
+            cum = torch.where(exited, cum, cum + lam * rem)
+            rem = torch.where(exited, rem, rem * (1 - lam))
+            z = torch.where(exited[:, None, None], z, z_new)
+            taken = taken + (~exited).long()
+            exited = exited | (cum >= q)
+        return z, exited, taken, cum, rem
+
+    return piece

@@ -37,6 +37,7 @@ from recdiff.engine.pieces import (
     decode_piece,
     embed_piece,
     exit_piece,
+    gate_exit_piece,
     lane_core_piece,
     lane_decode_piece,
     lane_embed_piece,
@@ -235,6 +236,12 @@ class Runner:
         args = (z, e, exited, taken, pos, self.key_range[:keys], *self._step_arg(step0))
         piece = exit_piece(n, per_step, epsilon)
         return self.run(f"exit{n}-{per_step}-{epsilon!r}", piece, args)  # type: ignore[return-value]
+
+    def cores_gate(self, z: Tensor, e: Tensor, exited: Tensor, taken: Tensor, cum: Tensor, rem: Tensor, pos: Tensor,
+                   keys: int, n: int, q: float, step0: int) -> tuple[Tensor, ...]:
+        """:meth:`cores_exit` with an exit gate deciding (:func:`~recdiff.engine.pieces.gate_exit_piece`)."""
+        args = (z, e, exited, taken, cum, rem, pos, self.key_range[:keys], *self._step_arg(step0))
+        return self.run(f"gate{n}-{self.per_step}-{q!r}", gate_exit_piece(n, self.per_step, q), args)
 
     def recur(self, ids: Tensor, pos: Tensor, r: int, z: Tensor | None = None, keys: int | None = None) -> Tensor:
         """P, r recurrences from ``z`` (zeros when None), C over every slot → logits ``(B, T, V)`` (static depth: no

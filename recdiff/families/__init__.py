@@ -13,6 +13,8 @@ import importlib
 import pkgutil
 from typing import Any
 
+import torch
+
 from recdiff.config import RecurrentConfig
 from recdiff.errors import RecdiffError
 from recdiff.families.base import Family
@@ -41,3 +43,39 @@ def config_json(cfg: RecurrentConfig) -> dict[str, Any]:
     """``config.json`` in the official layout: recdiff's fields (those set) plus the keys the family's reference
     code expects (:attr:`Family.write`)."""
     return {**cfg.to_dict(), **get_family(cfg.family).write(cfg)}
+
+
+def checkpoint_names(cfg: RecurrentConfig, ours: set[str]) -> set[str]:
+    """The names a checkpoint of ``cfg``'s family holds for recdiff's tensors ``ours``."""
+    layout = get_family(cfg.family).layout
+    if layout is None:
+        return set(ours)
+    table = layout(cfg)
+    return {theirs for name in ours for theirs, _ in table.get(name, [(name, 0)])}
+
+
+def from_checkpoint(cfg: RecurrentConfig, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A checkpoint's tensors under recdiff's names (stacked where recdiff fuses several)."""
+    layout = get_family(cfg.family).layout
+    if layout is None:
+        return tensors
+    out = dict(tensors)
+    for ours, parts in layout(cfg).items():
+        if all(theirs in out for theirs, _ in parts):
+            pieces = [out.pop(theirs) for theirs, _ in parts]
+            out[ours] = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=0)
+    return out
+
+
+def to_checkpoint(cfg: RecurrentConfig, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """recdiff's tensors under the names the family's checkpoints use (split where recdiff fuses several)."""
+    layout = get_family(cfg.family).layout
+    if layout is None:
+        return tensors
+    out = dict(tensors)
+    for ours, parts in layout(cfg).items():
+        if ours in out:
+            t = out.pop(ours)
+            for (theirs, _), piece in zip(parts, torch.split(t, [rows for _, rows in parts], dim=0)):
+                out[theirs] = piece.contiguous()
+    return out

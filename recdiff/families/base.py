@@ -1,11 +1,13 @@
 """What a model family declares (:class:`Family`), and the RoPE tables the families share.
 
-Every family is a prelude → core (iterated, input injected by a linear adapter on [state, embedding]) → coda model
-with the same module tree (``transformer.wte``, ``prelude``, ``adapter``, ``core_block``, ``coda``, ``ln_f``,
-``lm_head``); what differs is declared here: the block (its norms, attention and RoPE pairing), how RoPE's angle
-table is computed, whether ``ln_f`` also normalises the final state before the coda, and how ``config.json`` is read
-and written. Recognition (:func:`recdiff.families.recognise`) needs nothing more: a folder fits a
-family when its config reads without complaint and its weight names are exactly those of that family's model.
+Every family is a prelude → core (iterated) → coda model with the same module tree (``transformer.wte``,
+``prelude``, ``adapter``, ``core_block``, ``coda``, ``ln_f``, ``lm_head``; ``exit_gate`` where the family has one);
+what differs is declared here: the block (its norms, attention and RoPE pairing), how RoPE's angle table is computed,
+whether ``ln_f`` also normalises the final state before the coda, the loop's shape (input injected by a linear
+adapter on [state, embedding], or the embedding entering once; ln_f closing every recurrence; an exit gate), how
+``config.json`` is read and written, and the checkpoint's tensor names where they are not recdiff's. Recognition
+(:func:`recdiff.recognition.recognise`) needs nothing more: a folder fits a family when its config reads without
+complaint and its tensor names are exactly those of that family's model.
 """
 
 from __future__ import annotations
@@ -52,6 +54,16 @@ class Family:
     ln_f_on_state: bool = False                            # ln_f on the final state before the coda, too
     read: Callable[[dict[str, Any]], tuple[dict[str, Any], list[str]]] = lambda raw: (dict(raw), [])
     write: Callable[[RecurrentConfig], dict[str, Any]] = lambda cfg: dict(RAVEN_CONSTANTS)
+    # The loop's shape. injection: each recurrence reads the adapter of [state, embedding] (Huginn, the retrofits);
+    # without it the embedding enters once, as the first recurrence's input, and each recurrence reads the last one's
+    # output (Ouro). loop_norm: ln_f closes every recurrence (the state is normed; the head reads it as it is).
+    # exit_gate: a Linear(E, 1) on each recurrence's state whose sigmoid is the probability of exiting there.
+    injection: bool = True
+    loop_norm: bool = False
+    exit_gate: bool = False
+    # the checkpoint's tensor names where they are not recdiff's: our name → [(their name, rows)], theirs stacked
+    # along the first dimension into ours (a fused q/k/v projection from three); None: the names are recdiff's
+    layout: Callable[[RecurrentConfig], dict[str, list[tuple[str, int]]]] | None = None
 
 
 def known_fields() -> set[str]:

@@ -102,6 +102,9 @@ def _plan(model: RecurrentDepthModel, prompts: Prompts, sampler: str, max_new_to
         slots=min(n, batch_size or default_batch_size(model.device)),
         longest=max(len(ids) + lim for ids, lim in zip(batch, limits)),
     )
+    refusal = model.refuses(sampler, params)  # what the model's loop cannot give these settings a meaning on
+    if refusal:
+        raise RecdiffError(refusal)
     state = module.make_batch(opts, params)  # validates the hyperparameters before any compute
     for i, (ids, lim) in enumerate(zip(batch, limits)):
         state.check(i if not single else None, len(ids), lim)

@@ -19,10 +19,15 @@ from recdiff.samplers.base import GenerationResult, Options, check_fits
 
 class ARBatch:
     def __init__(self, opts: Options, r: int, init_scale: float, kv_cache: str, epsilon: float | None,
-                 exit_in_prefill: bool = True) -> None:
+                 exit_in_prefill: bool = True, exit_threshold: float | None = None, compute_all: bool = False,
+                 exit_kv: str = "mask") -> None:
         m = opts.model
         self.opts, self.r, self.init_scale, self.epsilon = opts, r, init_scale, epsilon
         self.exit_in_prefill = exit_in_prefill
+        # the exit gate (exit_threshold q): compute_all (static) reads each token out at its exit recurrence and
+        # computes them all, as the reference does; else (adaptive) a token stops at its exit
+        self.q, self.compute_all = exit_threshold, compute_all
+        self.copy_forward = exit_kv == "copy" and kv_cache == "per_step"
         self.slots = opts.slots
         self.runner = get_runner(m, opts.slots, cache_length(m), kv_cache, max_steps=r)
         dev = self.runner.device
@@ -37,7 +42,11 @@ class ARBatch:
     def admit(self, entries: list[tuple[int, Request]]) -> None:
         slots, reqs = [b for b, _ in entries], [q for _, q in entries]
         prompts, gens = [q.prompt for q in reqs], [q.generator for q in reqs]
-        if self.epsilon is not None and self.exit_in_prefill:
+        exits = [None] * len(prompts)
+        if self.q is not None:
+            logits, exits = self._prefill_gate(prompts, slots, gens)
+            steps = [self.r] * len(prompts)
+        elif self.epsilon is not None and self.exit_in_prefill:
             logits, steps = self._prefill_exit(prompts, slots, gens)
         else:
             logits, _ = self.runner.prefill(prompts, slots, self.r, self.init_scale, gens)
@@ -46,7 +55,7 @@ class ARBatch:
             L = len(req.prompt)
             tok = int(self.opts.select(logits[i : i + 1], req.generator)[0])
             req.data = {"tokens": [], "steps": [], "core_passes": steps[i], "tokens_forward": steps[i] * L,
-                        "stopped_by": "length", "done": False}
+                        "stopped_by": "length", "done": False, "exits": [exits[i]]}
             self.req[slot] = req
             self._append(slot, tok, steps[i])
             self.ids[slot, 0], self.pos[slot, 0] = tok, L
@@ -73,6 +82,22 @@ class ARBatch:
             if all(exited):
                 break
         return run.prefill_end(p, z)[0], steps
+
+    def _prefill_gate(self, prompts: list[list[int]], slots: list[int], gens: list[torch.Generator]
+                      ) -> tuple[torch.Tensor, list[int]]:
+        """The prompts prefilled at r recurrences, every one computed (the gate only picks the readout, as the
+        reference computes a prompt), the last position read out at its exit recurrence. Returns its logits
+        ``(n, V)`` and each prompt's exit recurrence."""
+        run = self.runner
+        p = run.prefill_start(prompts, slots, self.init_scale, gens)
+        gate = Gate(p.z0, self.r, self.q)
+        z = p.z0
+        for k in range(self.r):
+            z = run.cores(z, p.e, p.pos, p.T, 1, p.rows, step0=k)
+            gate.update(self.opts.model.exit_probability(z), z, k)
+        logits, _ = run.prefill_end(p, gate.chosen)
+        last = torch.tensor(p.lens, device=run.device) - 1
+        return logits, gate.at[torch.arange(len(prompts), device=run.device), last].tolist()
 
     def _append(self, slot: int, tok: int, steps: int) -> None:
         d = self.req[slot].data
@@ -101,20 +126,30 @@ class ARBatch:
             keys = run.keys(max(len(self.req[b].prompt) + len(self.req[b].data["tokens"]) for b in live))
             # rows without a live sequence may sit further on: keep every query inside the keys (its own row only)
             pos = self.pos.clamp(max=keys - 1)
-            if self.epsilon is None:
+            exits = None
+            if self.q is not None and self.compute_all:
+                logits, exits = self._static_gate(pos, z0, keys)
+                taken = None
+            elif self.epsilon is None and self.q is None:
                 logits, taken = self._static(pos, z0, keys), None
             else:
                 logits, taken = self._adaptive(pos, z0, live, keys)
+                if self.copy_forward:  # an exited token's last K/V stand in at the recurrences it skipped
+                    run.cache.copy_forward(pos[:, 0], taken, self.r)
             new = self.opts.select.rows(logits, gens)
             # the step's one read-back (adaptive compute: besides its exit checks): the tokens and recurrences taken
-            if taken is None:
+            if taken is None and exits is None:
                 toks, steps = new.tolist(), [self.r] * self.slots
+            elif exits is not None:
+                toks, exits = torch.stack([new, exits]).tolist()
+                steps = [self.r] * self.slots
             else:
                 toks, steps = torch.stack([new, taken]).tolist()
             for b in live:
                 d = self.req[b].data
                 d["core_passes"] += steps[b]
                 d["tokens_forward"] += steps[b]
+                d["exits"].append(steps[b] if exits is None else exits[b])
                 self._append(b, toks[b], steps[b])
             self.ids[:, 0] = new
             self.pos += 1
@@ -131,6 +166,24 @@ class ARBatch:
             z0 = torch.zeros((self.slots, 1, self.opts.model.config.n_embd), device=run.device, dtype=run.dtype)
         return run.graphed(f"static-r{r}-k{keys}", token_step, self.ids, pos, z0)
 
+    def _static_gate(self, pos: torch.Tensor, z0: torch.Tensor | None, keys: int
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every recurrence of a token step, each token read out at its exit recurrence: logits and those
+        recurrences (1-based)."""
+        run, r, q, m = self.runner, self.r, self.q, self.opts.model
+
+        def token_step(ids: torch.Tensor, pos: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            e = run.embed(ids, pos, keys)
+            gate = Gate(z, r, q)
+            for k in range(r):
+                z = run.cores(z, e, pos, keys, 1, step0=k)
+                gate.update(m.exit_probability(z), z, k)
+            return run.decode(gate.chosen, pos, keys)[:, -1], gate.at[:, -1]
+
+        if z0 is None:
+            z0 = torch.zeros((self.slots, 1, m.config.n_embd), device=run.device, dtype=run.dtype)
+        return run.graphed(f"static-gate-r{r}-q{q!r}-k{keys}", token_step, self.ids, pos, z0)
+
     def _adaptive(self, pos: torch.Tensor, z0: torch.Tensor | None, live: list[int], keys: int
                   ) -> tuple[torch.Tensor, torch.Tensor]:
         run = self.runner
@@ -139,10 +192,15 @@ class ARBatch:
         exited = torch.ones(self.slots, dtype=torch.bool, device=run.device)
         exited[live] = False  # free and finished slots take no part
         taken = torch.zeros(self.slots, dtype=torch.long, device=run.device)
+        cum = torch.zeros(self.slots, device=run.device)   # the gate's cumulative exit probability (float32)
+        rem = torch.ones(self.slots, device=run.device)    # and the probability of not having exited yet
         k = 0
         while k < self.r:
             n = run.chunk if self.r - k >= run.chunk else 1
-            z, exited, taken = run.cores_exit(z, e, exited, taken, pos, keys, n, self.epsilon, k)
+            if self.q is None:
+                z, exited, taken = run.cores_exit(z, e, exited, taken, pos, keys, n, self.epsilon, k)
+            else:
+                z, exited, taken, cum, rem = run.cores_gate(z, e, exited, taken, cum, rem, pos, keys, n, self.q, k)
             k += n
             # the exit decision: one read-back per call (compiled: every run.chunk recurrences; recurrences after
             # every row exited change nothing)
@@ -160,6 +218,32 @@ class ARBatch:
             "steps": len(d["steps"]),
             "new_tokens": len(tokens),
             "steps_per_token": d["steps"],  # entry 0 is the prefill call
+            **({"exit_steps": d["exits"]} if self.q is not None else {}),  # the recurrence each token was read at
             "kv_cache_bytes": self.runner.cache.bytes_per_slot(),
         }
         return GenerationResult(tokens=tokens, stats=stats, stopped_by=d["stopped_by"])
+
+
+class Gate:
+    """An exit gate's readout, as the Ouro reference computes it: λ_t of each recurrence's state, p_t = λ_t × the
+    probability of no earlier exit (the rest at the last recurrence), and the exit the first recurrence whose
+    cumulative p reaches q, in that order of float32 operations (q = 1 is decided by its rounding). ``chosen``: each
+    position's state at its exit; ``at``: that recurrence, 1-based."""
+
+    def __init__(self, like: torch.Tensor, r: int, q: float) -> None:
+        shape = like.shape[:-1]
+        self.r, self.q = r, q
+        self.cum = torch.zeros(shape, device=like.device)
+        self.rem = torch.ones(shape, device=like.device)
+        self.done = torch.zeros(shape, dtype=torch.bool, device=like.device)
+        self.at = torch.full(shape, r, dtype=torch.long, device=like.device)
+        self.chosen = torch.zeros_like(like)
+
+    def update(self, lam: torch.Tensor, z: torch.Tensor, k: int) -> None:
+        p = lam * self.rem if k < self.r - 1 else self.rem
+        self.rem = self.rem * (1 - lam)
+        self.cum = self.cum + p
+        newly = ~self.done & ((self.cum >= self.q) | (k == self.r - 1))
+        self.chosen = torch.where(newly[..., None], z, self.chosen)
+        self.at = torch.where(newly, k + 1, self.at)
+        self.done = self.done | newly

@@ -1,4 +1,5 @@
-"""Static autoregressive decoding: every token gets exactly r recurrences."""
+"""Static autoregressive decoding: every token gets exactly r recurrences (with an exit gate's ``exit_threshold``,
+each is read out at its exit recurrence, as the Ouro reference's ``exit_threshold`` reads out)."""
 
 from __future__ import annotations
 
@@ -13,4 +14,5 @@ RULES = StaticParams.rules
 
 def make_batch(opts: Options, params: dict) -> ARBatch:
     p = validate("static", params, SPEC, RULES)
-    return ARBatch(opts, r=p["r"], init_scale=p["init_scale"], kv_cache=p["kv_cache"], epsilon=None)
+    return ARBatch(opts, r=p["r"], init_scale=p["init_scale"], kv_cache=p["kv_cache"], epsilon=None,
+                   exit_threshold=p["exit_threshold"], compute_all=True)
