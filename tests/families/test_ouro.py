@@ -166,3 +166,49 @@ def test_save_pretrained_writes_the_hub_layout_back(ouro_dir, load_fixture_model
     again = load_model(out)
     ids = torch.tensor([[1, 2, 3, 4]])
     assert again.config.family == "ouro" and torch.equal(again(ids, r=2)[0], model(ids, r=2)[0])
+
+
+# every sampler that runs on Ouro, with per-step caches; the gate's readout and its adaptive compute both ways
+OURO_SAMPLERS = [("static", {"r": 3}), ("static", {"r": 4, "exit_threshold": 0.7}),
+                 ("adaptive", {"r": 4, "exit_threshold": 0.7}),
+                 ("adaptive", {"r": 4, "exit_threshold": 0.7, "exit_kv": "copy"}),
+                 ("speculative", {"r": 4, "r_draft": 1, "lookahead": 2}),
+                 ("loopspec", {"r": 4, "r_draft": 1, "r_draft2": 2})]
+
+
+def _batch_prompts(d: Path) -> list[list[int]]:
+    a, b = list(json.loads((d / "prompts.json").read_text()).values())[:2]
+    return [a, b, a[:3], b[:5], a + b]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sampler, params", OURO_SAMPLERS, ids=[f"{s}-{i}" for i, (s, _) in enumerate(OURO_SAMPLERS)])
+def test_a_batch_gives_each_prompt_what_it_gets_alone(load_fixture_model, sampler, params):
+    d = OURO_DIRS[0]
+    model = load_fixture_model(d)
+    prompts, limits = _batch_prompts(d), [9, 4, 12, 1, 7]
+    kw = dict(kv_cache="per_step", stop_token_ids=[], **params)
+    alone = [generate(model, p, sampler, max_new_tokens=n, **kw) for p, n in zip(prompts, limits)]
+    batch = generate(model, prompts, sampler, max_new_tokens=limits, batch_size=2, **kw)
+    assert [a.tokens for a in alone] == [b.tokens for b in batch]
+    assert [a.stats for a in alone] == [b.stats for b in batch]
+
+
+@pytest.mark.slow
+def test_graph_replay_and_compiled_decoding_give_the_eager_tokens(tmp_path):
+    """The CUDA-graph path emulated on a CPU for every sampler, and the CPU compile path (quick inductor settings)
+    for what only Ouro compiles: the injection-free recurrence with the gate's readout, and the gate's exit piece
+    (the lane and draft pieces are compiled on Huginn's layout in tests/engine/test_compile.py)."""
+    from tests.matrices import QUICK
+
+    d = OURO_DIRS[0]
+    eager, graphs, compiled = load_model(d), load_model(d), load_model(d, compile=True)
+    graphs.engine_options = {**graphs.engine_options, "emulate_graphs": True}
+    compiled.engine_options["inductor"] = QUICK
+    prompts = _batch_prompts(d)
+    for sampler, params in OURO_SAMPLERS:
+        kw = dict(max_new_tokens=6, kv_cache="per_step", stop_token_ids=[], **params)
+        want = [generate(eager, p, sampler, **kw).tokens for p in prompts]
+        assert [r.tokens for r in generate(graphs, prompts, sampler, batch_size=3, **kw)] == want, sampler
+        if params.get("exit_threshold") and params.get("exit_kv") is None:
+            assert [r.tokens for r in generate(compiled, prompts, sampler, batch_size=3, **kw)] == want, sampler
