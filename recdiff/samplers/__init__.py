@@ -49,7 +49,7 @@ def generate(
     prompts: Prompts,
     sampler: str = "static",
     max_new_tokens: int | Sequence[int] = 256,
-    seed: int | None = 0,
+    seed: int | Sequence[int] | None = 0,
     temperature: float = 0.0,
     top_p: float = 1.0,
     stop_token_ids: Sequence[int] | None = None,
@@ -64,7 +64,8 @@ def generate(
     ``prompts`` is one prompt (a list of token ids or a 1-D tensor: one :class:`GenerationResult` comes back) or a
     list of prompts (a list of results, in order). Up to ``batch_size`` sequences are decoded side by side and a
     sequence that finishes makes room for the next (continuous batching); each keeps its own positions, stops,
-    random stream (seeded with ``seed``) and statistics, so its result does not depend on the batch it ran in.
+    random stream (seeded with ``seed``, which may be given per prompt) and statistics, so its result does not depend
+    on the batch it ran in.
     ``max_new_tokens`` and ``trace`` may be given per prompt. ``params`` are the sampler's hyperparameters, named
     after the paper (r, r_inner, epsilon, beta, eta, …); unknown names and out-of-range values raise
     :class:`recdiff.RecdiffError` before any compute.
@@ -76,7 +77,7 @@ def generate(
 
 
 def _plan(model: RecurrentDepthModel, prompts: Prompts, sampler: str, max_new_tokens: int | Sequence[int],
-          seed: int | None, temperature: float, top_p: float, stop_token_ids: Sequence[int] | None,
+          seed: int | Sequence[int] | None, temperature: float, top_p: float, stop_token_ids: Sequence[int] | None,
           stop_strings: Sequence[str] | None, trace: bool | Sequence[bool], batch_size: int | None,
           params: dict[str, Any]) -> tuple[bool, Any, list[Request]]:
     """:func:`generate`'s arguments checked (one :class:`RecdiffError` line, before any compute): (is one prompt,
@@ -91,8 +92,10 @@ def _plan(model: RecurrentDepthModel, prompts: Prompts, sampler: str, max_new_to
     traces = _per_prompt(trace, n, "trace")
     if any(traces) and sampler != "diffusion":
         raise RecdiffError(f"trace=True is only available for the diffusion sampler, not {sampler!r}")
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-        raise RecdiffError(f"seed={seed!r} must be an integer (or None)")
+    seeds = _per_prompt(seed, n, "seed")
+    for i, sd in enumerate(seeds):
+        if sd is not None and (not isinstance(sd, int) or isinstance(sd, bool)):
+            raise RecdiffError(f"seed={sd!r} must be an integer (or None)" + ("" if single else f" (prompt {i})"))
     if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1):
         raise RecdiffError(f"batch_size={batch_size!r} must be an integer >= 1")
     opts = Options(
@@ -111,7 +114,7 @@ def _plan(model: RecurrentDepthModel, prompts: Prompts, sampler: str, max_new_to
     requests = []
     for i, (ids, lim, tr) in enumerate(zip(batch, limits, traces)):
         gen = torch.Generator(device=model.device)
-        gen.manual_seed(0 if seed is None else seed)
+        gen.manual_seed(0 if seeds[i] is None else seeds[i])
         requests.append(Request(index=i, prompt=ids, max_new_tokens=lim, generator=gen, data={"trace": bool(tr)}))
     return single, state, requests
 
