@@ -72,10 +72,12 @@ class LoopSpecBatch:
         p = run.prefill_start([q.prompt for q in reqs], [b for b, _ in entries], self.init_scale,
                               [q.generator for q in reqs])
         z, depth = p.z0, 0
+        coda = self.opts.model.config.n_layers_in_coda > 0
         for end, plane in sorted(sch.readouts.items()):  # the coda's K/V at every readout depth, for the drafts
-            z = run.cores(z, p.e, p.pos, p.T, end + 1 - depth, p.rows, step0=depth)
-            depth = end + 1
-            logits = run.decode(z, p.pos, p.T, p.rows, plane=plane)
+            if coda or end == sch.S - 1:
+                z = run.cores(z, p.e, p.pos, p.T, end + 1 - depth, p.rows, step0=depth)
+                depth = end + 1
+                logits = run.decode(z, p.pos, p.T, p.rows, plane=plane)
         last = torch.tensor(p.lens, device=run.device) - 1
         logits = logits[torch.arange(len(p.lens), device=run.device), last]
         for i, (slot, req) in enumerate(entries):
@@ -106,8 +108,7 @@ class LoopSpecBatch:
         return d["done"]
 
     def _start(self, req: Request, index: int, token: int, parent: Lane | None, origin: int | None) -> Lane:
-        lane = req.data["tree"].start(index, token, self.free_bank.pop(), parent, origin)
-        return lane
+        return req.data["tree"].start(index, token, self.free_bank.pop(), parent, origin)
 
     def _release(self, lanes: list[Lane]) -> None:
         self.free_bank.extend(lane.bank for lane in lanes)
