@@ -359,6 +359,7 @@ class LoopSpecParams(SamplerParams):
     init_scale: float = INIT_SCALE()
     kv_cache: KVCache = KV_CACHE(check=one_of("per_step"), default=KVCache.per_step,
                                  meaning="`per_step` only: every depth its own K/V timeline")
+    preset: Optional[Provenance] = None   # set by a tuned preset (sampler=tuned/<name>): where it was tuned
     rules: ClassVar[tuple[Rule, ...]] = (readout_depths,)
 
 

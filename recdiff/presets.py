@@ -1,12 +1,14 @@
-"""Reading tuned presets: ``conf/sampler/tuned/<name>.yaml`` (written by ``python -m recdiff.tune``), the diffusion
-sampler's settings over its structured node, with their provenance (``sampler.preset``,
-:class:`recdiff.params.Provenance`) and the timing batch they were tuned at (``run.timing_batch``).
+"""Reading tuned presets: ``conf/sampler/tuned/<name>.yaml`` (written by ``python -m recdiff.tune``), a sampler's
+settings over its structured node (the diffusion sampler's or LoopSpec's, as the file's defaults list names it:
+``/sampler/<name>@sampler``), with their provenance (``sampler.preset``, :class:`recdiff.params.Provenance`) and the
+timing batch they were tuned at (``run.timing_batch``).
 
 - ``python sweep.py sampler=tuned/<name>`` composes it (settings and timing batch); run on another device, with other
   weights or timed at another batch than it was tuned, the job warns in one line naming the difference
   (:func:`mismatch`, called by ``recdiff/study/job.py``);
-- ``recdiff.generate(model, prompts, **recdiff.load_preset(name))``: :func:`load_preset` gives the keyword arguments
-  (a :class:`RecdiffError` for an unknown knob), and with ``model=`` warns when the model or its device differ.
+- ``recdiff.generate(model, prompts, **recdiff.load_preset(name))``: :func:`load_preset` gives the keyword arguments,
+  the sampler's name among them (a :class:`RecdiffError` for an unknown knob), and with ``model=`` warns when the
+  model or its device differ.
 
 Below both the study package and the tune (which writes presets, ``recdiff/tune/preset.py``): either may import it.
 """
@@ -14,13 +16,14 @@ Below both the study package and the tune (which writes presets, ``recdiff/tune/
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from pathlib import Path
 from typing import Any
 
 from recdiff.device import Device, describe, parse_label
 from recdiff.errors import RecdiffError
-from recdiff.params import DiffusionParams, Provenance
+from recdiff.params import SAMPLER_PARAMS, Provenance, SamplerParams
 
 PRESET_DIR = Path(__file__).resolve().parents[1] / "conf" / "sampler" / "tuned"   # `sweep.py sampler=tuned/<name>`
 
@@ -72,8 +75,20 @@ def sampler_node(raw: dict[str, Any]) -> dict[str, Any]:
     return raw["sampler"]
 
 
-def read_preset(name_or_path: str | os.PathLike) -> DiffusionParams:
-    """The preset's settings over the diffusion sampler's defaults, checked as a sweep checks them (one
+def sampler_name(raw: dict[str, Any]) -> str:
+    """The sampler whose node a preset file composes: ``/sampler/<name>@...`` in its defaults list (``diffusion``
+    where it names none)."""
+    for entry in raw.get("defaults") or []:
+        found = re.fullmatch(r"/?sampler/([A-Za-z0-9_]+)(@.*)?", str(entry))
+        if found:
+            if found.group(1) not in SAMPLER_PARAMS:
+                raise RecdiffError(f"defaults: {entry!r} names no sampler ({', '.join(SAMPLER_PARAMS)})")
+            return found.group(1)
+    return "diffusion"
+
+
+def read_preset(name_or_path: str | os.PathLike) -> SamplerParams:
+    """The preset's settings over its sampler's defaults (:func:`sampler_name`), checked as a sweep checks them (one
     :class:`RecdiffError` line naming the file), with its provenance in ``.preset``."""
     from omegaconf import OmegaConf
 
@@ -84,7 +99,7 @@ def read_preset(name_or_path: str | os.PathLike) -> DiffusionParams:
         raw = OmegaConf.to_container(OmegaConf.load(path))
         if not isinstance(raw, dict):
             raise RecdiffError("not a mapping of settings")
-        node = OmegaConf.merge(OmegaConf.structured(DiffusionParams),
+        node = OmegaConf.merge(OmegaConf.structured(SAMPLER_PARAMS[sampler_name(raw)]),
                                OmegaConf.create({"sampler": sampler_node(raw)}).sampler)
         params = OmegaConf.to_object(node)
     except Exception as exc:  # noqa: BLE001 — YAML, OmegaConf and the sampler's own checks: one line
@@ -107,12 +122,14 @@ def model_weights(model: Any) -> str | None:
 
 
 def load_preset(name_or_path: str | os.PathLike, model: Any = None) -> dict[str, Any]:
-    """The keyword arguments of a tuned preset for :func:`recdiff.generate`: ``sampler`` and its settings. With
-    ``model`` (a loaded model), a :class:`PresetWarning` when the model or its device differ from where the preset
-    was tuned. A preset naming a knob the diffusion sampler does not have is a :class:`RecdiffError`."""
+    """The keyword arguments of a tuned preset for :func:`recdiff.generate`: ``sampler`` (``diffusion`` or
+    ``loopspec``) and its settings. With ``model`` (a loaded model), a :class:`PresetWarning` when the model or its
+    device differ from where the preset was tuned. A preset naming a knob its sampler does not have is a
+    :class:`RecdiffError`."""
     params = read_preset(name_or_path)
-    if model is not None and params.preset is not None:
-        warning = mismatch(params.preset, describe(str(model.device)), model_weights(model), None)
+    where = getattr(params, "preset", None)
+    if model is not None and where is not None:
+        warning = mismatch(where, describe(str(model.device)), model_weights(model), None)
         if warning:
             warnings.warn(warning, PresetWarning, stacklevel=2)
     return {"sampler": params.name, **params.params()}

@@ -1,6 +1,6 @@
-"""``python -m recdiff.tune [Hydra overrides] [tune.<key>=<value> ...]``: search the diffusion sampler's knobs for the
-fastest setting at no accuracy cost on this device, model and batch size, confirm it on a held-out slice beside the
-paper's defaults, and write it as a preset (docs/tune.md).
+"""``python -m recdiff.tune [Hydra overrides] [tune.<key>=<value> ...]``: search the diffusion sampler's knobs and
+LoopSpec's for the fastest setting at no accuracy cost on this device, model and batch size, confirm it on a held-out
+slice beside the paper's defaults (and LoopSpec's), and write it as a preset of whichever sampler won (docs/tune.md).
 
 Exit status: 0 (a preset written: the choice, or the paper's defaults kept); 1 (the tune could not finish: no
 feasible setting yet, a reference that did not complete, a storage lost); 2 (bad input, one line, before any model
@@ -45,8 +45,9 @@ def tune(argv: list[str], start: float) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     t = open_tuning(tp, budget, threads)                                    # studies opened, slices prepared
     reference = sampler_text(plan.run.reference_sampler())
+    over = "; ".join(f"{name} {', '.join(tp.searched(name))}" for name in tp.samplers())
     say(f"tune {plan.study.name}: {tp.hardware().label}, model {plan.model.name}, batch {tp.batch}; "
-        f"{plan.study.algorithm.value} over {', '.join(plan.study.search)}; study.n_trials={plan.study.n_trials}, "
+        f"{plan.study.algorithm.value} over {over}; study.n_trials={plan.study.n_trials}, "
         f"tune.time_budget_s={opts.time_budget_s}, tune.patience={opts.patience}")
 
     ref = Measured.of(measure_grid(tp.reference(), t.reference, t.load, tp.output_dir() / "reference", t.identity))
@@ -56,28 +57,34 @@ def tune(argv: list[str], start: float) -> int:
         f">= {floor:.3f} | {budget.shown()}")
     say(f"search ended: {search(t, ref, floor, say)}")
 
-    paper = tp.paper()
+    starts = tp.starts()                      # each sampler's defaults, the paper's first
+    paper = starts[0]
     done = counted(t.search)
     trials = [m for m in measured(done) if m is not None]
-    chosen = choose(trials, floor, paper)
-    own = next((m for m in trials if m.params == paper), None)   # the defaults' trial on the searched slice
+    chosen = choose(trials, floor, starts)
+    own = [next((m for m in trials if m.params == s), None) for s in starts]   # their trials on the searched slice
     if chosen is None and not any(feasible(m, floor) for m in trials):
         raise SweepStopped(f"study {plan.study.name}: no feasible setting among {len(trials)} measured trials: run "
                            "the same command again to continue the search (a larger tune.time_budget_s)")
     is_defaults = chosen is None
-    chosen_sampler = tp.defaults() if chosen is None else plan.with_sampler(**chosen.params).sampler
+    chosen_sampler = tp.defaults() if chosen is None else tp.sampler_of(chosen.params)
     say("chosen: the paper's defaults (no feasible setting was faster)" if chosen is None else
-        f"chosen: trial {chosen.number} {chosen.speed()}, {settings_text(chosen.params, paper)}")
+        f"chosen: trial {chosen.number} {chosen.speed()}, {settings_text(chosen.params, starts)}")
     say("confirming on the held-out slice")
     held = confirm(t, chosen_sampler, say)
     verdict = judge(held["chosen"], held["defaults"], held["reference"].accuracy_lo, is_defaults)
 
-    rows = [] if chosen is None else [Row("chosen", "held-out", held["chosen"], settings_text(chosen.params, paper))]
+    ls_chosen = "loopspec" in held and chosen is not None and chosen.params == starts[1]
+    rows = [] if chosen is None or ls_chosen else [
+        Row("chosen", "held-out", held["chosen"], settings_text(chosen.params, starts))]
     rows += [Row("paper defaults" + (" = chosen" if is_defaults else ""), "held-out", held["defaults"],
-                 settings_text(paper, paper)),
-             Row(f"{reference} = reference", "held-out", held["reference"], "")]
-    rows += [Row("runner-up", "searched", m, settings_text(m.params, paper))
-             for m in runners_up(trials, floor, [chosen, own], opts.runners_up)]
+                 settings_text(paper, starts))]
+    if "loopspec" in held:
+        rows += [Row("loopspec defaults" + (" = chosen" if ls_chosen else ""), "held-out", held["loopspec"],
+                     settings_text(starts[1], starts))]
+    rows += [Row(f"{reference} = reference", "held-out", held["reference"], "")]
+    rows += [Row("runner-up", "searched", m, settings_text(m.params, starts))
+             for m in runners_up(trials, floor, [chosen, *own], opts.runners_up)]
     print(f"\n{plan.study.name}: {len(trials)} trials measured, {sum(m.accuracy >= floor for m in trials)} feasible; "
           f"searched {slice_text(t.identity)}, held-out {slice_text(t.holdout_identity)}")
     print(table(rows, reference) + "\n", flush=True)
@@ -89,10 +96,11 @@ def tune(argv: list[str], start: float) -> int:
               f"held-out slice; " + ("chosen: " if verdict.keep else "") + verdict.reason)
     complete = sum(tr.state == optuna.trial.TrialState.COMPLETE for tr in done)
     prov = provenance(tp, t.identity, t.holdout_identity, complete, len(done), h, result)
-    path = write_preset(tp.preset_path(), settings(final, list(plan.study.search)), prov, tp.command,
-                        overwrite=opts.overwrite)
-    say(f"preset {tp.preset_name()} ({'the chosen setting' if verdict.keep else 'the paper defaults'}): {path}; "
-        f"python sweep.py sampler=tuned/{tp.preset_name()} | wall time {budget.shown()}")
+    path = write_preset(tp.preset_path(), settings(final, tp.searched(final.name)), prov, tp.command,
+                        overwrite=opts.overwrite, sampler=final.name)
+    say(f"preset {tp.preset_name()} ({'the chosen setting' if verdict.keep else 'the paper defaults'}, "
+        f"{sampler_text(final)}): {path}; python sweep.py sampler=tuned/{tp.preset_name()} | wall time "
+        f"{budget.shown()}")
     return 0
 
 

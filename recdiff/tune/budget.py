@@ -47,10 +47,9 @@ def next_trial_s(durations: Sequence[float], reference_s: float) -> float:
     return 1.5 * (statistics.median(durations) if durations else reference_s)
 
 
-def confirmation_s(reference_s: float, defaults_s: float | None, best_s: float | None, factor: float) -> float:
-    """The held-out confirmation's expected seconds: the reference, the defaults and the chosen setting, each as long
-    as on the searched slice times ``factor`` (the held-out slice's size and rounds over the searched one's), with a
-    margin. An unknown duration counts as the reference's (static AR at r=32 is the slowest of them as a rule)."""
-    d = defaults_s if defaults_s is not None else reference_s
-    b = best_s if best_s is not None else reference_s
-    return MARGIN * factor * (reference_s + d + b)
+def confirmation_s(reference_s: float, others_s: Sequence[float | None], factor: float) -> float:
+    """The held-out confirmation's expected seconds: the reference and the others (each searched sampler's defaults,
+    the chosen setting), each as long as on the searched slice times ``factor`` (the held-out slice's size and rounds
+    over the searched one's), with a margin. An unknown duration counts as the reference's (static AR at r=32 is the
+    slowest of them as a rule)."""
+    return MARGIN * factor * (reference_s + sum(reference_s if s is None else s for s in others_s))

@@ -1,13 +1,19 @@
 """The choice: the fastest feasible setting, ties broken towards the paper's defaults; whether it beats the defaults
 on the held-out slice; the closing table. Plain functions over measured trials (no model, no storage).
 
+A setting is a trial's parameters: its sampler's name under ``sampler`` (``diffusion`` where a trial recorded none,
+as the tune's trials did before it searched LoopSpec) and that sampler's knobs. Every rule below holds across
+samplers: a LoopSpec setting is feasible, fastest or tied by the same numbers as a diffusion one.
+
 - **Feasible**: accuracy at or above the lower end of the reference's 95% interval on the same slice (static AR at
   r=32, ``run.reference``), so that the accuracy lies within the reference's interval or above it. The search records
   it as Optuna's constraint (``Trial.set_constraint``, :func:`constraint`: ≤ 0 is feasible).
 - **Fastest**: the largest paired speed-up over the reference (each trial timed against it in the same rounds).
 - **The knee**: the fastest feasible setting; every feasible setting whose speed-up lies within the fastest one's
   interval is tied with it (the fastest's measurement cannot tell them apart), and among the tied the one closest to
-  the paper's defaults wins: fewest knobs changed, and among as many knobs changed the fastest. Not "overlapping
+  the paper's defaults wins: fewest knobs changed, and among as many knobs changed the fastest. The sampler counts
+  as a knob: a LoopSpec setting changes one more than the knobs it moves from LoopSpec's own defaults
+  (:func:`changed`). Not "overlapping
   intervals": one trial timed under a passing load has an interval wide enough to overlap every other, and would
   win every tie by its noise.
 - **The choice** (:func:`choose`): the knee of the settings other than the defaults, when it is faster than the
@@ -26,13 +32,22 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+Setting = Mapping[str, Any]
+
+
+def setting_of(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A trial's parameters as a setting: its sampler first (``diffusion`` where none is recorded), without the
+    benchmark's name."""
+    return {"sampler": params.get("sampler", "diffusion"),
+            **{k: v for k, v in params.items() if k not in ("sampler", "benchmark")}}
+
 
 @dataclass(frozen=True)
 class Measured:
     """One trial's numbers: its paired speed-up over the reference and its accuracy, each with its 95% interval."""
 
     number: int
-    params: dict[str, Any]
+    params: dict[str, Any]                # the setting (:func:`setting_of`)
     speedup: float
     speedup_lo: float
     speedup_hi: float
@@ -50,9 +65,8 @@ class Measured:
         a = trial.user_attrs
         if trial.state != TrialState.COMPLETE or trial.values is None or a.get("speedup") is None:
             return None
-        params = {k: v for k, v in trial.params.items() if k not in ("sampler", "benchmark")}
-        return cls(trial.number, params, float(a["speedup"]), float(a["speedup_lo"]), float(a["speedup_hi"]),
-                   float(trial.values[0]), float(a["accuracy_low"]), float(a["accuracy_high"]),
+        return cls(trial.number, setting_of(trial.params), float(a["speedup"]), float(a["speedup_lo"]),
+                   float(a["speedup_hi"]), float(trial.values[0]), float(a["accuracy_low"]), float(a["accuracy_high"]),
                    trial.duration.total_seconds() if trial.duration is not None else None,
                    a.get("speed_samples"), a.get("timing_rounds"), a.get("threads"))
 
@@ -79,12 +93,20 @@ def ties(m: Measured, fastest: Measured) -> bool:
     return m.speedup >= fastest.speedup_lo
 
 
-def changed(params: Mapping[str, Any], defaults: Mapping[str, Any]) -> int:
-    """How far a setting lies from the defaults: the knobs it changes."""
-    return sum(key in defaults and value != defaults[key] for key, value in params.items())
+def own_defaults(params: Setting, defaults: Sequence[Setting]) -> Setting:
+    """The defaults of the setting's own sampler (``defaults``: each sampler's, the paper's first)."""
+    return next((d for d in defaults if d["sampler"] == params.get("sampler", "diffusion")), {})
 
 
-def knee(trials: Sequence[Measured], floor: float, defaults: Mapping[str, Any]) -> Measured | None:
+def changed(params: Setting, defaults: Sequence[Setting]) -> int:
+    """How far a setting lies from the paper's defaults (``defaults``: each searched sampler's, the paper's first):
+    the knobs it changes from its own sampler's defaults, and one for a sampler other than the paper's."""
+    own = own_defaults(params, defaults)
+    other = params.get("sampler", "diffusion") != defaults[0]["sampler"]
+    return other + sum(key != "sampler" and key in own and value != own[key] for key, value in params.items())
+
+
+def knee(trials: Sequence[Measured], floor: float, defaults: Sequence[Setting]) -> Measured | None:
     """The fastest feasible setting; among those tied with it, the one closest to the defaults (fewest knobs
     changed; among as many, the fastest). None when no trial is feasible."""
     ok = [m for m in trials if feasible(m, floor)]
@@ -95,11 +117,12 @@ def knee(trials: Sequence[Measured], floor: float, defaults: Mapping[str, Any]) 
                key=lambda m: (changed(m.params, defaults), -m.speedup, m.number))
 
 
-def choose(trials: Sequence[Measured], floor: float, defaults: Mapping[str, Any]) -> Measured | None:
-    """The setting to confirm beside the defaults: the knee of the feasible settings other than the defaults; None
-    when there is none, or when it is not faster than the defaults' own feasible trial."""
-    paper = next((m for m in trials if m.params == dict(defaults)), None)
-    best = knee([m for m in trials if m.params != dict(defaults)], floor, defaults)
+def choose(trials: Sequence[Measured], floor: float, defaults: Sequence[Setting]) -> Measured | None:
+    """The setting to confirm beside the paper's defaults (``defaults[0]``): the knee of the feasible settings other
+    than them, of either sampler; None when there is none, or when it is not faster than the defaults' own feasible
+    trial."""
+    paper = next((m for m in trials if m.params == dict(defaults[0])), None)
+    best = knee([m for m in trials if m.params != dict(defaults[0])], floor, defaults)
     if best is None or (paper is not None and feasible(paper, floor) and best.speedup <= paper.speedup):
         return None
     return best
@@ -148,12 +171,16 @@ def judge(chosen: Measured, defaults: Measured, floor: float, is_defaults: bool)
                          "interval or above it")
 
 
-def settings_text(params: Mapping[str, Any], defaults: Mapping[str, Any]) -> str:
-    """The knobs that differ from the defaults, ``key=value`` (floats to 3 significant digits)."""
+def settings_text(params: Setting, defaults: Sequence[Setting]) -> str:
+    """The knobs that differ from the setting's own sampler's defaults, ``key=value`` (floats to 3 significant
+    digits), after ``sampler=<name>`` for a sampler other than the paper's (``defaults[0]``)."""
     def shown(v: Any) -> str:
-        return f"{v:.3g}" if isinstance(v, float) else str(v)
-    changed = [f"{k}={shown(v)}" for k, v in params.items() if k in defaults and v != defaults[k]]
-    return " ".join(changed) or "(the paper's defaults)"
+        return "null" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v)
+    own = own_defaults(params, defaults)
+    sampler = params.get("sampler", "diffusion")
+    moved = [f"{k}={shown(v)}" for k, v in params.items() if k != "sampler" and k in own and v != own[k]]
+    head = [f"sampler={sampler}"] if sampler != defaults[0]["sampler"] else []
+    return " ".join(head + moved) or "(the paper's defaults)"
 
 
 @dataclass(frozen=True)

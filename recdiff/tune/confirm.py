@@ -1,11 +1,11 @@
-"""The choice confirmed on the held-out slice (``<name>-holdout``): the reference, the paper's defaults and the chosen
-setting, one after the other in this process, each paired against the reference on ``tune.holdout_speed_samples``
-timed problems (at least 8 by default) in ``tune.holdout_repeats`` rounds (at least 5). Grid trials of their study: a
-configuration already COMPLETE there (a resumed tune, on this device: the study's identity holds it) is not measured
-again.
+"""The choice confirmed on the held-out slice (``<name>-holdout``): the reference, the paper's defaults, LoopSpec's
+defaults (where it is searched) and the chosen setting, one after the other in this process, each paired against the
+reference on ``tune.holdout_speed_samples`` timed problems (at least 8 by default) in ``tune.holdout_repeats`` rounds
+(at least 5). Grid trials of their study: a configuration already COMPLETE there (a resumed tune, on this device: the
+study's identity holds it) is not measured again.
 
-The speed-up intervals of the defaults and the choice are bootstrapped by problem (:func:`by_problem`): the verdict
-asks whether the choice is faster on problems the search did not see, and a problem's rounds are not independent
+The speed-up intervals of all but the reference are bootstrapped by problem (:func:`by_problem`): the verdict asks
+whether the choice is faster on problems the search did not see, and a problem's rounds are not independent
 draws of that question.
 """
 
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from optuna.trial import FrozenTrial
 
-from recdiff.params import DiffusionParams, SamplerParams
+from recdiff.params import SamplerParams
 from recdiff.timing import clustered_median_interval
 from recdiff.tune.choice import Measured
 from recdiff.tune.study import Say, measure_grid
@@ -35,11 +35,14 @@ def by_problem(m: Measured, trial: FrozenTrial, seed: int = 0) -> Measured:
     return dataclasses.replace(m, speedup=point, speedup_lo=lo, speedup_hi=hi)
 
 
-def confirm(t: Tuning, chosen: DiffusionParams, say: Say) -> dict[str, Measured]:
-    """``reference``, ``defaults`` and ``chosen`` (the defaults' own measurement when the choice is the defaults)
-    measured on the held-out slice."""
+def confirm(t: Tuning, chosen: SamplerParams, say: Say) -> dict[str, Measured]:
+    """``reference``, ``defaults`` (the paper's), ``loopspec`` (LoopSpec's defaults, where it is searched) and
+    ``chosen`` (one of those measurements where the choice is one of them) measured on the held-out slice."""
     entries: list[tuple[str, SamplerParams]] = [("reference", t.tp.search.run.reference_sampler()),
-                                                ("defaults", t.tp.defaults()), ("chosen", chosen)]
+                                                ("defaults", t.tp.defaults())]
+    if t.tp.options.loopspec:
+        entries.append(("loopspec", t.tp.loopspec()))
+    entries.append(("chosen", chosen))
     out: dict[str, Measured] = {}
     for label, sampler in entries:
         plan = t.tp.holdout(sampler)

@@ -1,6 +1,11 @@
 """The tune's plan: the sweep's typed plan, composed with Hydra's compose API over ``conf/`` as ``sweep.py`` composes
 it, and the tune's own options (``tune.*``, :class:`TuneOptions`), every setting checked before anything loads.
 
+The search covers two samplers: the diffusion sampler's knobs (``study.search``, over the sampler node given) and
+LoopSpec's (``tune.loopspec``: ``r_draft``, ``r_draft2``) at the same ``r``. A *setting* is a search trial's
+parameters: its sampler's name under ``sampler`` (the Optuna parameter of that name) and that sampler's searched
+knobs (:meth:`TunePlan.space`, :meth:`TunePlan.sampler_of`).
+
 From it derive the three studies of one tune (all in ``study.storage``): the search (``study.name``, by default
 ``tune-<model>-<benchmark>-<device>-b<batch>``, the device's slug such as ``cpu-amd-epyc`` or ``cuda-h100``), the
 reference on the searched slice (``<name>-reference``) and the held-out slice (``<name>-holdout``), where the choice is
@@ -15,18 +20,19 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 from recdiff.device import Device, describe
 from recdiff.errors import RecdiffError
-from recdiff.params import DiffusionParams, SamplerParams
+from recdiff.params import DiffusionParams, LoopSpecParams, SamplerParams
 from recdiff.presets import PRESET_DIR
-from recdiff.schema import Config, Mode
+from recdiff.schema import Algorithm, Config, Mode
 
 REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "conf"
 HOLDOUT_SPEED_SAMPLES = 8   # the held-out slice's timed problems at least (an interval by problem needs several) ...
 HOLDOUT_REPEATS = 5         # ... and rounds at least
+LOOPSPEC_KNOBS = ("r_draft", "r_draft2")   # LoopSpec's knobs the tune may search (its readout depths)
 
 
 @dataclass
@@ -45,8 +51,14 @@ class TuneOptions:
     preset_dir: Optional[str] = None         # where the preset is written (null: conf/sampler/tuned)
     overwrite: bool = False                  # replace a preset file of the same name (else refused, exit 2)
     output_dir: str = "outputs/tune"         # each trial's files, under <output_dir>/<study>/
+    # LoopSpec's knobs searched beside the diffusion sampler's, at the same r; []: the diffusion sampler alone
+    loopspec: List[str] = field(default_factory=lambda: list(LOOPSPEC_KNOBS))
 
     def __post_init__(self) -> None:
+        unknown = [k for k in self.loopspec if k not in LOOPSPEC_KNOBS]
+        if unknown:
+            raise RecdiffError(f"tune.loopspec: {unknown[0]!r} is not a LoopSpec knob the tune searches "
+                               f"({', '.join(LOOPSPEC_KNOBS)}; [] searches the diffusion sampler alone)")
         if self.time_budget_s is not None and not self.time_budget_s > 0:
             raise RecdiffError(f"tune.time_budget_s={self.time_budget_s!r} must be > 0 (or null: no time budget)")
         if self.patience is not None and self.patience < 1:
@@ -76,8 +88,8 @@ class _Root:                 # so that a mistake reads tune.<key>
 
 @dataclass
 class TunePlan:
-    """What one tune runs: the search's plan (``study.mode=search`` over the diffusion sampler's knobs) and the
-    plans derived from it."""
+    """What one tune runs: the search's plan (``study.mode=search`` over the diffusion sampler's knobs, and LoopSpec's
+    beside them) and the plans derived from it."""
 
     search: Config
     options: TuneOptions
@@ -138,8 +150,77 @@ class TunePlan:
         return dataclasses.replace(self.search.sampler, **paper, preset=None)
 
     def paper(self) -> dict[str, Any]:
-        """The paper's defaults of the searched knobs, as a searched trial's parameters."""
-        return {k: v for k, v in self.defaults().params().items() if k in self.search.study.search}
+        """The paper's defaults of the searched knobs, as a setting (a searched trial's parameters)."""
+        return self.setting(self.defaults())
+
+    # ---- the two samplers of the search
+    def samplers(self) -> list[str]:
+        """The samplers searched: the diffusion sampler, and LoopSpec unless ``tune.loopspec=[]``."""
+        return ["diffusion", "loopspec"] if self.options.loopspec else ["diffusion"]
+
+    def searched(self, sampler: str) -> list[str]:
+        """A sampler's searched knobs."""
+        return list(self.search.study.search) if sampler == "diffusion" else list(self.options.loopspec)
+
+    def loopspec(self) -> LoopSpecParams:
+        """LoopSpec at the study's r, its knobs at their defaults (r_draft = 4; where 4 does not divide r, the readout
+        depth nearest it)."""
+        r = self.search.sampler.r
+        r_draft = LoopSpecParams().r_draft
+        depths = self.ladders("loopspec").get("r_draft") or readout_depths(r, 1)
+        if r_draft not in depths and depths:
+            r_draft = min(depths, key=lambda d: (abs(d - r_draft), d))
+        return LoopSpecParams(r=r, r_draft=r_draft)
+
+    def starts(self) -> list[dict[str, Any]]:
+        """Each searched sampler's defaults as a setting, the paper's first: where the search starts, and what the
+        choice counts knobs changed from (:func:`recdiff.tune.choice.changed`)."""
+        return [self.paper(), *([self.setting(self.loopspec())] if self.options.loopspec else [])]
+
+    def setting(self, sampler: SamplerParams) -> dict[str, Any]:
+        """A sampler's settings as a setting: its name and its searched knobs (``None`` where unset)."""
+        values = sampler.params()
+        return {"sampler": sampler.name, **{k: values.get(k) for k in self.searched(sampler.name)}}
+
+    def ladders(self, sampler: str) -> dict[str, list[Any]]:
+        """The values each searched knob of ``sampler`` steps through in the design's climb, in order: a diffusion
+        knob's declared ``study.space.<knob>.values``; LoopSpec's readout depths at the study's r within their
+        ``study.space`` ranges (:func:`readout_depths`; ``r_draft2`` also null: one early readout)."""
+        space = self.search.study.space
+        if sampler == "diffusion":
+            return {k: sorted(space[k].values) for k in self.search.study.search if space[k].values}
+        r, out = self.search.sampler.r, {}
+        for key in self.options.loopspec:
+            low, high = space[key].low, space[key].high
+            depths = [d for d in readout_depths(r, 1 if key == "r_draft" else 2)
+                      if (low is None or d >= low) and (high is None or d <= high)]
+            out[key] = depths if key == "r_draft" else [None, *depths]
+        return out
+
+    def space(self) -> dict[str, dict[str, Any]]:
+        """The Optuna distributions of each sampler's searched knobs: the diffusion sampler's ``study.search`` over
+        ``study.space``; LoopSpec's readout depths as categorical choices (:meth:`ladders`: a pair that breaks its
+        rule is PRUNED at once, as any invalid combination)."""
+        from optuna.distributions import CategoricalDistribution
+
+        out = {"diffusion": self.search.search_space()}
+        if self.options.loopspec:
+            out["loopspec"] = {k: CategoricalDistribution(v) for k, v in self.ladders("loopspec").items()}
+        return out
+
+    def sampler_of(self, setting: dict[str, Any]) -> SamplerParams:
+        """A setting's sampler settings: the diffusion sampler's node given with the setting's knobs, or LoopSpec at
+        the study's r with them."""
+        knobs = {k: v for k, v in setting.items() if k != "sampler"}
+        if setting.get("sampler", "diffusion") == "diffusion":
+            return dataclasses.replace(self.search.sampler, **knobs)
+        return dataclasses.replace(self.loopspec(), **knobs)
+
+    def trial_plan(self, setting: dict[str, Any]) -> Config:
+        """The plan of one search trial: the search's, with the setting's sampler and that sampler's searched keys."""
+        sampler = self.sampler_of(setting)
+        study = dataclasses.replace(self.search.study, search=self.searched(sampler.name))
+        return dataclasses.replace(self.search, sampler=sampler, study=study)
 
     def preset_name(self) -> str:
         return self.options.name or f"{self.search.model.name}-{describe(self.device).slug()}-b{self.batch}"
@@ -149,6 +230,12 @@ class TunePlan:
 
     def output_dir(self) -> Path:
         return Path(self.options.output_dir) / self.search.study.name
+
+
+def readout_depths(r: int, low: int) -> list[int]:
+    """The depths from ``low`` below ``r`` that divide it: where a LoopSpec readout may fall (``r_draft`` must divide
+    r; ``r_draft2``, a multiple of ``r_draft`` above it, is taken among them too)."""
+    return [d for d in range(low, r) if r % d == 0]
 
 
 def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -194,8 +281,9 @@ def compose(argv: list[str]) -> TunePlan:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = hydra_compose(config_name="config", overrides=[*defaults, *overrides])
     if cfg.sampler.name != "diffusion":
-        raise RecdiffError(f"sampler={cfg.sampler.name}: the tune searches the diffusion sampler's knobs "
-                           "(sampler=diffusion, or a preset sampler=tuned/<name> to start from)")
+        raise RecdiffError(f"sampler={cfg.sampler.name}: the tune starts from the diffusion sampler's node "
+                           "(sampler=diffusion, or a diffusion preset sampler=tuned/<name>) and searches LoopSpec's "
+                           "knobs beside it (tune.loopspec)")
     # torch loads only now (the device decides the batch): a typo above is reported without it
     from recdiff.load import resolve_device
     from recdiff.samplers import default_batch_size
@@ -219,6 +307,13 @@ def compose(argv: list[str]) -> TunePlan:
     if plan.benchmark.get("limit") is None:
         raise RecdiffError("benchmark.limit=null: the tune needs a limited slice, and a held-out one after it")
     tp = TunePlan(search=plan, options=options, device=device, command=shlex.join(argv))
+    if options.loopspec:
+        if plan.study.algorithm == Algorithm.grid:
+            raise RecdiffError("study.algorithm=grid: a grid holds one sampler's knobs; with it, tune.loopspec=[] "
+                               "searches the diffusion sampler alone")
+        if not tp.ladders("loopspec").get("r_draft", [1]):
+            raise RecdiffError(f"sampler.r={plan.sampler.r}: LoopSpec's r_draft must divide r below it within "
+                               "study.space.r_draft; tune.loopspec=[] searches the diffusion sampler alone")
     searched, held = plan.benchmark, tp.holdout_benchmark()
     start, end = int(searched.get("offset") or 0), int(searched.get("offset") or 0) + int(searched["limit"])
     if held["offset"] < end and start < held["offset"] + held["limit"]:

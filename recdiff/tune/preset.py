@@ -1,7 +1,8 @@
-"""Writing the tune's preset: ``conf/sampler/tuned/<name>.yaml``, the chosen knobs over the structured
-``sampler/diffusion`` node, the timing batch they were tuned at (``run.timing_batch``, so that ``sweep.py
-sampler=tuned/<name>`` times what the preset claims) and where and how they were tuned (``sampler.preset``,
-:class:`recdiff.params.Provenance`). An existing file is never replaced without ``tune.overwrite=true``.
+"""Writing the tune's preset: ``conf/sampler/tuned/<name>.yaml``, the chosen knobs over their sampler's structured
+node (``sampler/diffusion`` or ``sampler/loopspec``), the timing batch they were tuned at (``run.timing_batch``, so
+that ``sweep.py sampler=tuned/<name>`` times what the preset claims) and where and how they were tuned
+(``sampler.preset``, :class:`recdiff.params.Provenance`). An existing file is never replaced without
+``tune.overwrite=true``.
 
 Reading presets (``recdiff.load_preset``, the sweep's warning) is :mod:`recdiff.presets`, below the study package.
 """
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from recdiff.errors import RecdiffError
-from recdiff.params import DiffusionParams, Provenance
+from recdiff.params import Provenance, SamplerParams
 
 if TYPE_CHECKING:
     from recdiff.tune.choice import Measured
@@ -25,16 +26,18 @@ if TYPE_CHECKING:
 
 HEADER = """\
 # @package _global_
-# The diffusion sampler tuned for {device}, model {model}, run.timing_batch={batch}: python -m recdiff.tune {command}
+# The {sampler} sampler tuned for {device}, model {model}, run.timing_batch={batch}: python -m recdiff.tune {command}
 # (docs/tune.md). Use: python sweep.py sampler=tuned/{name} (timed at run.timing_batch={batch} unless given) ·
 # recdiff.generate(model, prompts, **recdiff.load_preset("{name}")). sampler.preset records where it was tuned.
 """
 
 
-def settings(sampler: DiffusionParams, searched: list[str]) -> dict[str, Any]:
-    """What a preset states: every searched knob, and the other settings where they differ from the defaults."""
-    defaults = {f.name: f.default for f in DiffusionParams.declared()}
-    values = sampler.params()
+def settings(sampler: SamplerParams, searched: list[str]) -> dict[str, Any]:
+    """What a preset states: every searched knob (null where unset: LoopSpec's ``r_draft2``), and the other settings
+    where they differ from the sampler's defaults."""
+    defaults = {f.name: f.default for f in sampler.declared()}
+    given = sampler.params()
+    values = {k: given.get(k) for k in defaults if k in given or k in searched}
     return {k: v for k, v in values.items() if k in searched or v != getattr(defaults[k], "value", defaults[k])}
 
 
@@ -43,14 +46,14 @@ def refuse_overwrite(path: Path) -> RecdiffError:
 
 
 def write_preset(path: Path, values: dict[str, Any], provenance: Provenance, command: str,
-                 overwrite: bool = False) -> Path:
-    """The preset file, written whole and then moved into place; an existing one only with ``overwrite`` (else one
-    :class:`RecdiffError` line naming it, also when another process wrote it meanwhile)."""
+                 overwrite: bool = False, sampler: str = "diffusion") -> Path:
+    """The preset file of ``sampler``'s ``values``, written whole and then moved into place; an existing one only with
+    ``overwrite`` (else one :class:`RecdiffError` line naming it, also when another process wrote it meanwhile)."""
     prov = {k: v for k, v in dataclasses.asdict(provenance).items() if k != "batch_size"}   # the old name: read only
-    body = {"defaults": ["/sampler/diffusion@sampler", "_self_"], "sampler": {**values, "preset": prov},
+    body = {"defaults": [f"/sampler/{sampler}@sampler", "_self_"], "sampler": {**values, "preset": prov},
             "run": {"timing_batch": provenance.timing_batch}}
-    text = HEADER.format(device=provenance.device, model=provenance.model, batch=provenance.timing_batch,
-                         command=command, name=provenance.name)
+    text = HEADER.format(sampler=sampler, device=provenance.device, model=provenance.model,
+                         batch=provenance.timing_batch, command=command, name=provenance.name)
     text += yaml.safe_dump(body, sort_keys=False, allow_unicode=True, width=120)
     if not overwrite and path.exists():
         raise refuse_overwrite(path)

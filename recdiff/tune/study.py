@@ -4,11 +4,13 @@
 
 - the reference (``run.reference``, static AR at r=32) on the searched slice, a grid trial of ``<name>-reference``:
   the accuracy a setting must keep;
-- the search (``<name>``): the paper's defaults and one-knob moves around the best so far first
-  (:mod:`recdiff.tune.design`), then Optuna's proposals (``study.algorithm``) over ``study.search``; each trial's
-  accuracy constraint is Optuna's own (``Trial.set_constraint``), set before the trial is told; it stops at
-  ``study.n_trials`` counted trials, after ``tune.patience`` trials without a gain, or when the time budget holds no
-  further trial; one line per trial with the best so far;
+- the search (``<name>``): the paper's defaults, LoopSpec's, and one-knob moves around the best so far first
+  (:mod:`recdiff.tune.design`), then Optuna's proposals (``study.algorithm``): the parameter ``sampler``
+  (``diffusion`` or ``loopspec``), then that sampler's knobs (``study.search``, or ``tune.loopspec``), conditional
+  parameters as Optuna's define-by-run API asks them (:func:`ask`); each trial's accuracy constraint is Optuna's own
+  (``Trial.set_constraint``), set before the trial is told; it stops at ``study.n_trials`` counted trials, after
+  ``tune.patience`` trials without a gain, or when the time budget holds no further trial; one line per trial with
+  the best so far;
 - :func:`measure_grid`: one grid configuration (the reference, a held-out measurement), taken and measured once.
 """
 
@@ -41,7 +43,7 @@ from recdiff.study.storage import fail_stale_trials, holding
 from recdiff.trial.deadline import TrialTimeout, deadline
 from recdiff.trial.outcome import State
 from recdiff.tune.budget import Budget, confirmation_s, next_trial_s
-from recdiff.tune.choice import Measured, choose, constraint, feasible, settings_text, since_gain
+from recdiff.tune.choice import Measured, choose, constraint, feasible, setting_of, settings_text, since_gain
 from recdiff.tune.design import next_setting
 from recdiff.tune.plan import TunePlan
 
@@ -106,11 +108,33 @@ def queue_next(t: Tuning, floor: float) -> None:
     trial (interrupted, its worker dead) runs before anything new."""
     if t.search.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         return
-    seen = [tr.params for tr in t.search.get_trials(deepcopy=False)]
+    seen = [setting_of(tr.params) for tr in t.search.get_trials(deepcopy=False)]
     done = [m for m in measured(counted(t.search)) if m is not None]
     params = next_setting(t.tp, done, floor, seen)
-    if params is not None:
-        t.search.enqueue_trial(params)
+    if params is not None:   # the parameter sampler is asked only where there is a choice (ask)
+        t.search.enqueue_trial(params if len(t.tp.samplers()) > 1 else
+                               {k: v for k, v in params.items() if k != "sampler"})
+
+
+def suggest(trial: optuna.Trial, name: str, dist: Any) -> Any:
+    """``trial``'s value of parameter ``name`` under distribution ``dist`` (Optuna's suggest API; an enqueued
+    trial's value where it has one)."""
+    if isinstance(dist, optuna.distributions.CategoricalDistribution):
+        return trial.suggest_categorical(name, dist.choices)
+    if isinstance(dist, optuna.distributions.IntDistribution):
+        return trial.suggest_int(name, dist.low, dist.high, step=dist.step, log=dist.log)
+    return trial.suggest_float(name, dist.low, dist.high, step=dist.step, log=dist.log)
+
+
+def ask(t: Tuning) -> optuna.Trial:
+    """A new trial of the search (or the next enqueued one): its sampler (the parameter ``sampler``, where LoopSpec
+    is searched too), then that sampler's knobs, conditional on it."""
+    trial, space = t.search.ask(), t.tp.space()
+    sampler = suggest(trial, "sampler", optuna.distributions.CategoricalDistribution(list(space))) \
+        if len(space) > 1 else "diffusion"
+    for key, dist in space[sampler].items():
+        suggest(trial, key, dist)
+    return trial
 
 
 def counted(study: optuna.Study) -> list[FrozenTrial]:
@@ -135,17 +159,16 @@ def holdout_factor(tp: TunePlan) -> float:
 
 def reserve_s(t: Tuning, history: list[Measured | None], reference: Measured, floor: float) -> float:
     """Seconds to keep for the confirmation (see :func:`recdiff.tune.budget.confirmation_s`)."""
-    defaults = t.tp.paper()
+    starts = t.tp.starts()
     done = [m for m in history if m is not None]
-    paper = next((m.seconds for m in done if m.params == defaults), None)
-    best = choose(done, floor, defaults)
-    return confirmation_s(reference.seconds or 0.0, paper, best.seconds if best else None, holdout_factor(t.tp))
+    own = [next((m.seconds for m in done if m.params == s), None) for s in starts]   # each sampler's defaults
+    best = choose(done, floor, starts)
+    return confirmation_s(reference.seconds or 0.0, [*own, best.seconds if best else None], holdout_factor(t.tp))
 
 
 def search(t: Tuning, reference: Measured, floor: float, say: Say) -> str:
     """Ask, claim, measure and record trials until a budget ends the search; why it ended."""
     plan, opts, study = t.tp.search, t.tp.options, t.search
-    space, paper = plan.search_space(), t.tp.paper()
     in_a_row = 0
     while True:
         fail_stale_trials(study)
@@ -160,9 +183,9 @@ def search(t: Tuning, reference: Measured, floor: float, say: Say) -> str:
             return (f"the time budget holds no further trial and the confirmation ({t.budget.shown()} used, "
                     f"{reserve:.0f} s kept for the confirmation)")
         queue_next(t, floor)
-        trial = study.ask(space)
+        trial = ask(t)
         claim_asked(study, trial)
-        trial_plan = plan.with_sampler(**trial.params)
+        trial_plan = t.tp.trial_plan(setting_of(trial.params))
         attrs = {"config_hash": config_hash(trial_plan), "identity": t.identity}
         for k, v in attrs.items():   # seen by other workers' duplicate checks from now on
             trial.set_user_attr(k, v)
@@ -188,10 +211,11 @@ def search(t: Tuning, reference: Measured, floor: float, say: Say) -> str:
             except optuna.exceptions.UpdateFinishedTrialError:   # failed meanwhile by another worker: not ours
                 pass
         finished = record_outcome(trial_plan, study, trial, outcome, out, attrs)
-        say(progress(finished, counted(study), floor, paper, t))
+        say(progress(finished, counted(study), floor, t.tp.starts(), t))
 
 
-def progress(trial: FrozenTrial, done: list[FrozenTrial], floor: float, paper: dict[str, Any], t: Tuning) -> str:
+def progress(trial: FrozenTrial, done: list[FrozenTrial], floor: float, starts: list[dict[str, Any]],
+             t: Tuning) -> str:
     """One line: the trial's outcome, the best so far, the budgets."""
     history = measured(done)
     m = Measured.of(trial)
@@ -201,9 +225,9 @@ def progress(trial: FrozenTrial, done: list[FrozenTrial], floor: float, paper: d
     else:
         ok = "feasible" if feasible(m, floor) else "below the reference's accuracy"
         head = (f"trial {trial.number:3d} speed-up {m.speed()} accuracy {m.acc()} {ok}; "
-                f"{settings_text(m.params, paper)}")
+                f"{settings_text(m.params, starts)}")
     ran = [h for h in history if h is not None]
-    best = choose(ran, floor, paper) or next((h for h in ran if h.params == paper and feasible(h, floor)), None)
+    best = choose(ran, floor, starts) or next((h for h in ran if h.params == starts[0] and feasible(h, floor)), None)
     shown = f"best: trial {best.number} {best.speed()}" if best else "best: none feasible yet"
     opts, n = t.tp.options, t.tp.search.study.n_trials
     gain = f", {since_gain(history, floor)} of {opts.patience} without a gain" if opts.patience else ""

@@ -4,6 +4,7 @@ existing preset file too, before the search spends any time."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 import recdiff.device
 from recdiff.errors import RecdiffError
-from recdiff.params import DiffusionParams
+from recdiff.params import DiffusionParams, LoopSpecParams
 from recdiff.tune.plan import PRESET_DIR, compose
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,11 +68,47 @@ def test_the_derived_plans():
     assert (other.defaults().r_inner, other.defaults().r) == (4, 16)
 
 
+def test_the_search_covers_both_samplers_at_the_studys_r():
+    from optuna.distributions import CategoricalDistribution
+
+    tp = compose(["run.batch_size=1"])
+    assert tp.options.loopspec == ["r_draft", "r_draft2"] and tp.samplers() == ["diffusion", "loopspec"]
+    space = tp.space()
+    assert space["diffusion"] == tp.search.search_space()
+    # LoopSpec's readout depths at r = 32: the divisors below it (r_draft2 also null: one early readout)
+    assert space["loopspec"] == {"r_draft": CategoricalDistribution([1, 2, 4, 8, 16]),
+                                 "r_draft2": CategoricalDistribution([None, 2, 4, 8, 16])}
+    assert tp.paper() == {"sampler": "diffusion", **{k: v for k, v in DiffusionParams().params().items()
+                                                     if k in tp.search.study.search}}
+    assert tp.starts() == [tp.paper(), {"sampler": "loopspec", "r_draft": 4, "r_draft2": None}]
+    # a setting's plan: LoopSpec at the study's r with the setting's knobs, its searched keys its own
+    plan = tp.trial_plan({"sampler": "loopspec", "r_draft": 8, "r_draft2": 16})
+    assert plan.sampler == LoopSpecParams(r=32, r_draft=8, r_draft2=16) and plan.study.search == ["r_draft", "r_draft2"]
+    assert (plan.run, plan.benchmark, plan.study.name) == (tp.search.run, tp.search.benchmark, tp.search.study.name)
+    diffusion = tp.trial_plan({**tp.paper(), "r_inner": 1})
+    assert diffusion.sampler == dataclasses.replace(tp.search.sampler, r_inner=1)
+    # another r: its divisors; LoopSpec's default r_draft = 4 where it divides r, else the depth nearest it
+    r24 = compose(["run.batch_size=1", "sampler.r=24"])
+    assert r24.ladders("loopspec") == {"r_draft": [1, 2, 3, 4, 6, 8, 12], "r_draft2": [None, 2, 3, 4, 6, 8, 12]}
+    r6 = compose(["run.batch_size=1", "sampler.r=6", "sampler.r_inner=2"])
+    assert r6.loopspec() == LoopSpecParams(r=6, r_draft=3)
+    # the diffusion sampler alone, as before LoopSpec
+    alone = compose(["run.batch_size=1", "tune.loopspec=[]"])
+    assert alone.samplers() == ["diffusion"] and list(alone.space()) == ["diffusion"]
+    assert alone.starts() == [alone.paper()]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["tune.budget=5"], "unknown config key 'tune.budget'"),
     (["tune.patience=soon"], "tune.patience"),
     (["tune.time_budget_s=-1"], "tune.time_budget_s=-1.0 must be > 0"),
-    (["sampler=static"], "sampler=static: the tune searches the diffusion sampler's knobs"),
+    (["sampler=static"], "sampler=static: the tune starts from the diffusion sampler's node"),
+    (["sampler=loopspec"], "sampler=loopspec: the tune starts from the diffusion sampler's node"),
+    (["tune.loopspec=[r_draft,r]"], "tune.loopspec: 'r' is not a LoopSpec knob the tune searches (r_draft, "
+                                    "r_draft2;"),
+    (["study.algorithm=grid"], "study.algorithm=grid: a grid holds one sampler's knobs"),
+    (["study.space.r_draft.low=20"], "sampler.r=32: LoopSpec's r_draft must divide r below it within "
+                                     "study.space.r_draft"),
     (["study=grid"], "study.mode=grid: the tune is a search"),
     (["tune.holdout_offset=100"], "the held-out slice overlaps the searched one"),
     (["tune.name=a/b"], "tune.name='a/b'"),

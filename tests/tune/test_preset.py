@@ -1,7 +1,8 @@
-"""Presets: written by the tune, composed by Hydra as ``sampler=tuned/<name>`` over the structured diffusion node
-with the timing batch they were tuned at, read by ``recdiff.load_preset`` for ``recdiff.generate``; a preset used
-elsewhere than it was tuned warns in one line naming the difference; a knob the sampler does not have is one line
-(RecdiffError, or exit 2 from sweep.py); an existing preset file is never replaced without being told."""
+"""Presets: written by the tune, composed by Hydra as ``sampler=tuned/<name>`` over the structured node of their sampler
+(diffusion or LoopSpec) with the timing batch they were tuned at, read by ``recdiff.load_preset`` for
+``recdiff.generate`` (the sampler's name among its keyword arguments); a preset used elsewhere than it was tuned
+warns in one line naming the difference; a knob the sampler does not have is one line (RecdiffError, or exit 2 from
+sweep.py); an existing preset file is never replaced without being told."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from hydra.core.global_hydra import GlobalHydra
 import recdiff
 from recdiff.device import Device, describe
 from recdiff.errors import RecdiffError
-from recdiff.params import DiffusionParams, Provenance
+from recdiff.params import DiffusionParams, LoopSpecParams, Provenance
 from recdiff.presets import PresetWarning, load_preset, mismatch, read_preset
 from recdiff.schema import make_plan
 from recdiff.study.identity import config_hash
@@ -72,6 +73,41 @@ def test_a_preset_round_trips_through_hydra_and_the_api(conf):
     # the API reads the same file into generate's keyword arguments
     assert load_preset(path) == {"sampler": "diffusion", **sampler.params()}
     assert read_preset(path).preset == WHERE
+
+
+def test_a_loopspec_preset_round_trips_through_hydra_the_api_and_generate(conf):
+    """A LoopSpec preset composes the loopspec node (``sampler=tuned/<name>`` in a sweep), and ``load_preset`` names
+    the sampler among generate's keyword arguments: ``generate(model, ids, **load_preset(name))`` runs LoopSpec, whose
+    greedy tokens are static AR's at r with per-step caches."""
+    sampler = LoopSpecParams(r=32, r_draft=8)
+    values = settings(sampler, ["r_draft", "r_draft2"])
+    assert values == {"r_draft": 8, "r_draft2": None}          # every searched knob, null too; r at its default
+    where = dataclasses.replace(WHERE, name="ls-b1")
+    path = write_preset(conf / "sampler" / "tuned" / "ls-b1.yaml", values, where, "run.batch_size=1",
+                        sampler="loopspec")
+    text = path.read_text()
+    assert "- /sampler/loopspec@sampler" in text and text.splitlines()[1].startswith("# The loopspec sampler tuned")
+    plan = composed(conf, "sampler=tuned/ls-b1")
+    assert isinstance(plan.sampler, LoopSpecParams) and plan.sampler.params() == sampler.params()
+    assert plan.sampler.preset == where and plan.run.timing_batch == 1
+    by_hand = composed(conf, "sampler=loopspec", "sampler.r_draft=8")
+    assert config_hash(plan) == config_hash(by_hand)
+    kwargs = load_preset(path)
+    assert kwargs == {"sampler": "loopspec", "r": 32, "r_draft": 8, "init_scale": 0.0, "kv_cache": "per_step"}
+    assert read_preset(path).preset == where
+    model = recdiff.load_model("recdiff/assets/embedded")
+    ids = [[5, 17, 3, 9, 12, 1, 7]]
+    got = recdiff.generate(model, ids, max_new_tokens=6, **kwargs)
+    want = recdiff.generate(model, ids, max_new_tokens=6, sampler="static", r=32, kv_cache="per_step")
+    assert got[0].tokens == want[0].tokens
+
+
+def test_a_preset_naming_no_sampler_is_one_line(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("# @package _global_\ndefaults:\n- /sampler/diffusionn@sampler\n- _self_\nsampler:\n  r: 16\n")
+    with pytest.raises(RecdiffError, match=r"'/sampler/diffusionn@sampler' names no sampler \(static, ") as err:
+        load_preset(path)
+    assert "\n" not in str(err.value) and str(path) in str(err.value)
 
 
 def test_load_preset_finds_a_name_under_conf_and_names_what_is_there(monkeypatch, conf):
@@ -199,4 +235,4 @@ def test_a_sweep_with_a_preset_tuned_elsewhere_warns_in_one_line(tmp_path):
 def test_every_committed_preset_composes_and_loads(path):
     plan = composed(REPO / "conf", f"sampler=tuned/{path.stem}")
     assert plan.sampler.preset is not None and plan.sampler.preset.name == path.stem
-    assert load_preset(path) == {"sampler": "diffusion", **plan.sampler.params()}
+    assert load_preset(path) == {"sampler": plan.sampler.name, **plan.sampler.params()}

@@ -1,7 +1,8 @@
-"""The tune's search in-process, with a fake trial runner (no model): the paper's defaults first, Optuna's own
-constraint on every measured trial, the budgets (trials, time, patience), a resumed study (never on another device's
-measurements), the confirmation on the held-out slice with intervals by problem, the preset and its provenance. The
-real runner, a kill and a resume run in a subprocess in test_resume.py."""
+"""The tune's search in-process, with a fake trial runner (no model): the paper's defaults first, then LoopSpec's,
+Optuna's own constraint on every measured trial, the budgets (trials, time, patience), a resumed study (never on
+another device's measurements), the confirmation on the held-out slice with intervals by problem, the preset and its
+provenance, LoopSpec chosen where it is faster. The real runner, a kill and a resume run in a subprocess in
+test_resume.py."""
 
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ from recdiff.trial import TrialResult
 from recdiff.tune.budget import Budget, confirmation_s, next_trial_s
 from recdiff.tune.choice import Measured, since_gain
 from recdiff.tune.confirm import confirm
-from recdiff.tune.design import steps
+from recdiff.tune.design import first, steps
 from recdiff.tune.plan import compose
-from recdiff.tune.study import counted, holdout_factor, measure_grid, measured, open_tuning, search
+from recdiff.tune.study import ask, counted, holdout_factor, measure_grid, measured, open_tuning, search
 
 CPU = "Acme(R) Rocket(TM) 9000 CPU @ 3.00GHz"   # no preset in conf/ was tuned on it
 
@@ -42,15 +43,22 @@ class FakeWork:
     threads = None
 
 
-def fake_run_trial(calls: list):
+def slow_loopspec(s) -> float:
+    return 1.2
+
+
+def fake_run_trial(calls: list, loopspec=slow_loopspec):
     """Static AR: speed-up 1, accuracy 1. Diffusion: speed-up 8 / (r_inner + 1); accuracy 0.5 (below the reference's
-    interval) when epsilon > 0.1, else 1; the held-out slice (offset > 0) runs 10% faster."""
+    interval) when epsilon > 0.1, else 1. LoopSpec: accuracy 1, speed-up ``loopspec(settings)`` (1.2: slower than the
+    paper's defaults)."""
 
     def run(work, trial, output_dir):
         s, run = trial.sampler, trial.run
-        calls.append(s.params())
+        calls.append({"sampler": s.name, **s.params()})
         if s.name == "static":
             speed, acc = 1.0, 1.0
+        elif s.name == "loopspec":
+            speed, acc = loopspec(s), 1.0
         else:
             speed, acc = 8 / (s.r_inner + 1), 0.5 if s.epsilon > 0.1 else 1.0
         Path(output_dir).mkdir(parents=True, exist_ok=True)
@@ -91,7 +99,11 @@ def test_the_search_starts_at_the_defaults_and_records_optunas_constraint(tmp_pa
     why = search(t, ref, ref.accuracy_lo, lines.append)
     assert why == "the study holds 6 trials (study.n_trials=6)"
     trials = t.search.get_trials()
-    assert trials[0].params == {k: v for k, v in t.tp.defaults().params().items() if k in t.tp.search.study.search}
+    assert trials[0].params == t.tp.paper() == {
+        "sampler": "diffusion", **{k: v for k, v in t.tp.defaults().params().items() if k in t.tp.search.study.search}}
+    # then LoopSpec at its defaults, at the study's r, measured like any trial
+    assert trials[1].params == {"sampler": "loopspec", "r_draft": 4, "r_draft2": None}
+    assert trials[1].user_attrs["config"]["sampler"]["name"] == "loopspec" and calls[2]["r"] == 32
     for trial in trials:
         if trial.state == TrialState.COMPLETE:   # Optuna's constraint: ≤ 0 feasible
             acc = trial.values[0]
@@ -101,6 +113,8 @@ def test_the_search_starts_at_the_defaults_and_records_optunas_constraint(tmp_pa
     assert len(lines) == len(counted(t.search)) == 6
     assert lines[0].startswith("trial   0 speed-up 1.60x [1.55, 1.65] accuracy 1.000 [0.930, 1.000] feasible; "
                                "(the paper's defaults) | best: trial 0 1.60x")
+    assert lines[1].startswith("trial   1 speed-up 1.20x [1.16, 1.24] accuracy 1.000 [0.930, 1.000] feasible; "
+                               "sampler=loopspec | best: trial 0 1.60x")
 
 
 def test_patience_stops_the_search(tmp_path, calls):
@@ -113,13 +127,14 @@ def test_patience_stops_the_search(tmp_path, calls):
 
 
 def test_the_first_trials_are_the_defaults_and_each_knob_moved_one_step(tmp_path, calls):
-    t = tuning(tmp_path, "study.n_trials=15", "tune.patience=null")
+    t = tuning(tmp_path, "study.n_trials=18", "tune.patience=null")
     paper = t.tp.paper()
-    assert paper == {k: v for k, v in DiffusionParams().params().items() if k in t.tp.search.study.search}
+    assert paper == {"sampler": "diffusion",
+                     **{k: v for k, v in DiffusionParams().params().items() if k in t.tp.search.study.search}}
     moves = steps(t.tp, paper)
     one_step = {}
     for move in moves:
-        (key,) = [k for k in move if move[k] != paper[k]]     # one knob each
+        (key,) = [k for k in move if move[k] != paper[k]]     # one knob each, of the diffusion sampler
         one_step.setdefault(key, set()).add(move[key])
     # one declared value either way (recdiff/params.py); the schedule is left to the sampler (inert at β=0)
     assert one_step == {"r_inner": {2, 8}, "beta": {0.1}, "eta": {0.0, 0.3}, "epsilon": {0.01, 0.1},
@@ -130,8 +145,9 @@ def test_the_first_trials_are_the_defaults_and_each_knob_moved_one_step(tmp_path
     ref = reference(t)
     search(t, ref, ref.accuracy_lo, lambda line: None)
     ran = [tr.params for tr in counted(t.search)]
-    up_to = moves.index({**paper, "r_inner": 2}) + 2                  # the defaults, then the moves until r_inner=2
-    assert ran[:up_to] == [paper, *moves][:up_to]
+    head = first(t.tp)                        # the defaults, LoopSpec's (1.2x here) and its r_draft one step each way
+    up_to = len(head) + moves.index({**paper, "r_inner": 2}) + 1      # then the moves until r_inner=2
+    assert ran[:up_to] == [*head, *moves][:up_to]
     # the fake runs r_inner=2 at 2.67x [2.59, 2.75], beyond the defaults' [1.55, 1.65]: the climb goes on around it
     # (r_inner=1 is next to it)
     around = [m for m in steps(t.tp, {**paper, "r_inner": 2}) if m not in ran[:up_to]]
@@ -144,10 +160,11 @@ def test_the_time_budget_keeps_the_confirmations_time(tmp_path, calls):
     ref = Measured(0, {}, 1.0, 0.97, 1.03, 1.0, 0.93, 1.0, seconds=30.0)
     # the reference took 30 s: the next trial is expected to take 45 s, the confirmation 1.5 × 90 s on a held-out slice
     # like the searched one; timed on 8 × 5 calls per round instead of 3 × 3, 40/9 times that
-    assert next_trial_s([], 30.0) == 45.0 and confirmation_s(30.0, None, None, 1.0) == pytest.approx(135.0)
+    assert next_trial_s([], 30.0) == 45.0 and confirmation_s(30.0, [None, None], 1.0) == pytest.approx(135.0)
     assert holdout_factor(t.tp) == pytest.approx(40 / 9)
     why = search(t, ref, 0.93, lambda line: None)
-    assert why.startswith("the time budget holds no further trial and the confirmation (0:00 of 1:40 used, 600 s")
+    # the reference, the paper's defaults, LoopSpec's and the choice: 1.5 × 40/9 × 4 × 30 s
+    assert why.startswith("the time budget holds no further trial and the confirmation (0:00 of 1:40 used, 800 s")
     assert t.search.get_trials() == [] and calls == []
 
 
@@ -161,28 +178,32 @@ def test_a_resumed_search_continues_the_study(tmp_path, calls):
     search(again, ref, ref.accuracy_lo, lambda line: None)
     assert len(counted(again.search)) == 5
     # the first trials, each once and in order, and nothing left waiting
-    assert [tr.params for tr in again.search.get_trials()] == [again.tp.paper(), *steps(again.tp, again.tp.paper())][:5]
+    assert [tr.params for tr in again.search.get_trials()] == [*first(again.tp), *steps(again.tp, again.tp.paper())][:5]
     assert not again.search.get_trials(states=(TrialState.WAITING,))
-    assert sum(c.get("r") == 32 and "r_inner" not in c for c in calls) == 1
+    assert sum(c["sampler"] == "static" for c in calls) == 1
 
 
 def test_the_confirmation_measures_reference_defaults_and_choice_on_the_held_out_slice(tmp_path, calls):
     t = tuning(tmp_path)
     chosen = t.tp.search.with_sampler(r_inner=1).sampler
     held = confirm(t, chosen, lambda line: None)
-    assert [held[k].speedup for k in ("reference", "defaults", "chosen")] == [1.0, 1.6, 4.0]
+    assert [held[k].speedup for k in ("reference", "defaults", "loopspec", "chosen")] == [1.0, 1.6, 1.2, 4.0]
     trials = t.holdout.get_trials()
-    assert [tr.user_attrs["config"]["benchmark"]["offset"] for tr in trials] == [48, 48, 48]
+    assert [tr.user_attrs["config"]["benchmark"]["offset"] for tr in trials] == [48, 48, 48, 48]
+    assert trials[2].user_attrs["config"]["sampler"] == {**trials[2].user_attrs["config"]["sampler"],
+                                                         "name": "loopspec", "r": 32, "r_draft": 4, "r_draft2": None}
     # the reference is timed against itself in the fewest rounds; the others on 8 problems in 5 rounds
     assert [(tr.user_attrs["config"]["run"]["speed_samples"], tr.user_attrs["config"]["run"]["repeats"])
-            for tr in trials] == [(1, 2), (8, 5), (8, 5)]
+            for tr in trials] == [(1, 2), (8, 5), (8, 5), (8, 5)]
     # their intervals resample the problems (each with its rounds), not the recorded cells' ±3%
-    for label, speed in (("defaults", 1.6), ("chosen", 4.0)):
+    for label, speed in (("defaults", 1.6), ("loopspec", 1.2), ("chosen", 4.0)):
         _, lo, hi = clustered_median_interval(cells(speed, 8, 5))
         assert (held[label].speedup_lo, held[label].speedup_hi) == (lo, hi) and lo < speed * 0.97
-    # the defaults as the choice: measured once
+    # either sampler's defaults as the choice: measured once
     again = confirm(t, t.tp.defaults(), lambda line: None)
-    assert again["chosen"].number == again["defaults"].number == 1 and len(t.holdout.get_trials()) == 3
+    assert again["chosen"].number == again["defaults"].number == 1 and len(t.holdout.get_trials()) == 4
+    again = confirm(t, t.tp.sampler_of(t.tp.starts()[1]), lambda line: None)
+    assert again["chosen"].number == again["loopspec"].number == 2 and len(t.holdout.get_trials()) == 4
 
 
 def test_an_interrupted_trial_runs_again_before_anything_new(tmp_path, calls):
@@ -192,7 +213,7 @@ def test_an_interrupted_trial_runs_again_before_anything_new(tmp_path, calls):
     t = tuning(tmp_path, "study.n_trials=2")
     ref = reference(t)
     t.search.enqueue_trial({**t.tp.paper(), "r_inner": 16})
-    lost = t.search.ask(t.tp.search.search_space())         # as Ctrl-C leaves it: FAIL (interrupted), re-queued
+    lost = ask(t)                                            # as Ctrl-C leaves it: FAIL (interrupted), re-queued
     claim_asked(t.search, lost)
     fail_interrupted(t.search, lost)
     search(t, ref, ref.accuracy_lo, lambda line: None)
@@ -206,18 +227,22 @@ def test_the_command_ends_with_its_table_and_a_preset_that_loads(tmp_path, calls
     from recdiff.trial.provenance import code_version
     from recdiff.tune.__main__ import tune
 
-    argv = ["run.batch_size=1", "benchmark.limit=48", "study.n_trials=10", "tune.trial_timeout_x=1000",
+    argv = ["run.batch_size=1", "benchmark.limit=48", "study.n_trials=13", "tune.trial_timeout_x=1000",
             f"study.storage={tmp_path}/j.log",
             f"study.artifact_dir={tmp_path}/art", f"tune.output_dir={tmp_path}/out", f"tune.preset_dir={tmp_path}/p"]
     assert tune(argv, start=0.0) == 0
     out = capsys.readouterr().out
-    # the first trials: the defaults, then one knob moved each; the fake runs r_inner=2 (the 10th) at 8/3 = 2.67x, the
-    # defaults and every other move but r_inner=8 at 1.6x; on the held-out slice their intervals are by problem
-    chosen, paper, ref, runner, *_ = out.split("speed-up vs static r=32 [95% CI]")[1].splitlines()[1:]
+    # the first trials: the defaults, LoopSpec's three (1.2x), then one knob moved each; the fake runs r_inner=2 (the
+    # 13th) at 8/3 = 2.67x, the defaults and every other move but r_inner=8 at 1.6x; on the held-out slice their
+    # intervals are by problem, LoopSpec's defaults among them
+    chosen, paper, looped, ref, runner, *_ = out.split("speed-up vs static r=32 [95% CI]")[1].splitlines()[1:]
     _, lo, hi = clustered_median_interval(cells(8 / 3, 8, 5))
     assert chosen.startswith("chosen") and f"2.67x [{lo:.2f}, {hi:.2f}]" in chosen and chosen.endswith("r_inner=2")
     _, lo, hi = clustered_median_interval(cells(1.6, 8, 5))
     assert paper.startswith("paper defaults") and f"1.60x [{lo:.2f}, {hi:.2f}]" in paper
+    _, lo, hi = clustered_median_interval(cells(1.2, 8, 5))
+    assert looped.startswith("loopspec defaults") and "held-out" in looped and f"1.20x [{lo:.2f}, {hi:.2f}]" in looped
+    assert looped.endswith("sampler=loopspec")
     assert ref.startswith("static r=32 = reference") and "held-out" in ref
     assert runner.startswith("runner-up") and "searched" in runner and "[1.55, 1.65]" in runner   # as recorded
     assert "the chosen setting beats the paper's defaults beyond the intervals" in out
@@ -228,12 +253,42 @@ def test_the_command_ends_with_its_table_and_a_preset_that_loads(tmp_path, calls
     assert p.result.startswith("2.67x [") and p.device == f"cpu ({CPU})" and p.name == path.stem
     assert (p.version, p.commit) == code_version()
     assert (p.timing_batch, p.speed_samples, p.repeats, p.timing_threads) == (1, 3, 3, 1)
-    assert (p.trials_complete, p.trials_total, p.held_out_speed_samples, p.held_out_repeats) == (10, 10, 8, 5)
+    assert (p.trials_complete, p.trials_total, p.held_out_speed_samples, p.held_out_repeats) == (13, 13, 8, 5)
+    assert "/sampler/diffusion@sampler" in path.read_text()
     # a second run is refused before it searches: the preset is there (exit 2, one line naming it)
     before = path.read_text()
     with pytest.raises(RecdiffError, match=f"preset {path} exists: tune.overwrite=true replaces it"):
         tune(argv, start=0.0)
     assert path.read_text() == before
+
+
+def test_loopspec_wins_where_it_is_faster_and_its_preset_loads_for_generate(tmp_path, monkeypatch, capsys):
+    """LoopSpec fastest at r_draft = 2: the climb moves from its defaults to r_draft = 2, which is chosen, confirmed
+    beside the paper's defaults and LoopSpec's own, and written as a LoopSpec preset."""
+    from recdiff.presets import load_preset, read_preset
+    from recdiff.tune.__main__ import tune
+
+    depth = {1: 2.0, 2: 5.0, 4: 4.0, 8: 3.0, 16: 2.0}
+    calls: list = []
+    monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial(calls, lambda s: depth[s.r_draft]))
+    argv = ["run.batch_size=1", "benchmark.limit=48", "study.n_trials=6", "tune.trial_timeout_x=1000",
+            f"study.storage={tmp_path}/j.log", f"study.artifact_dir={tmp_path}/art", f"tune.output_dir={tmp_path}/out",
+            f"tune.preset_dir={tmp_path}/p", "tune.name=mine"]
+    assert tune(argv, start=0.0) == 0
+    out = capsys.readouterr().out
+    chosen, paper, looped, ref, *_ = out.split("speed-up vs static r=32 [95% CI]")[1].splitlines()[1:]
+    assert chosen.startswith("chosen") and "5.00x [" in chosen and chosen.endswith("sampler=loopspec r_draft=2")
+    assert paper.startswith("paper defaults") and looped.startswith("loopspec defaults") and "4.00x [" in looped
+    assert "the chosen setting beats the paper's defaults beyond the intervals" in out
+    path = tmp_path / "p" / "mine.yaml"
+    text = path.read_text()
+    assert "/sampler/loopspec@sampler" in text and "# The loopspec sampler tuned for" in text
+    assert "r_draft2: null" in text                     # every searched knob stated, one early readout
+    preset = read_preset(path)
+    assert (preset.name, preset.r, preset.r_draft, preset.r_draft2) == ("loopspec", 32, 2, None)
+    assert preset.preset.name == "mine" and preset.preset.result.startswith("5.00x [")
+    assert load_preset(path) == {"sampler": "loopspec", "r": 32, "r_draft": 2, "init_scale": 0.0,
+                                 "kv_cache": "per_step"}
 
 
 def test_a_preset_written_meanwhile_is_not_replaced(tmp_path, calls, monkeypatch):
