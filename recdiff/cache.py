@@ -127,9 +127,10 @@ class SlotKV:
         kb.index_put_(index, k)
         vb.index_put_(index, v)
         n = call.mask.shape[-1]  # the positions this call attends to (a prefix of the cache)
-        if kb.dim() == 5 and step.dim() == 1:  # type: ignore[union-attr]  # each row its own plane
-            rows = call.b_idx[:, 0]
-            return kb[:, :, :n][step, rows].transpose(1, 2), vb[:, :, :n][step, rows].transpose(1, 2)
+        if kb.dim() == 5 and step.dim() == 1:  # type: ignore[union-attr]  # each row its own plane: one gather
+            at = step * kb.shape[1] + call.b_idx[:, 0]   # over (plane, row) flattened
+            kb, vb = kb.flatten(0, 1)[:, :n].index_select(0, at), vb.flatten(0, 1)[:, :n].index_select(0, at)
+            return kb.transpose(1, 2), vb.transpose(1, 2)
         if kb.dim() == 5:  # a step tensor picks the plane: a copy of the positions this call reads
             at = step.reshape(1)  # type: ignore[union-attr]
             kb, vb = kb[:, :, :n].index_select(0, at)[0], vb[:, :, :n].index_select(0, at)[0]

@@ -160,26 +160,20 @@ class LoopSpecBatch:
 
     def _rows(self, lanes: list[tuple[int, Lane]], width: int, keys: int, junk: int) -> dict[str, Tensor]:
         """The call arguments of ``lanes`` padded to ``width`` rows: a padding row sits at the junk place of cache
-        row 0 and sees only that place (no lane's place, never another row's keys)."""
+        row 0 and sees only that place (no lane's place, never another row's keys). Two host-to-device copies."""
         run, n = self.runner, len(lanes)
-        pad = width - n
-        ends = [self.req[b].data["tree"].committed_end for b, _ in lanes] + [0] * pad
-        cols = [(i, s) for i, (b, lane) in enumerate(lanes) for s in self.req[b].data["tree"].visible(lane)]
-        cols += [(n + i, junk) for i in range(pad)]
-        dev = run.device
-        visible = run.key_range[:keys][None, :] < torch.tensor(ends, device=dev)[:, None]
-        at = torch.tensor(cols, device=dev)
-        visible[at[:, 0], at[:, 1]] = True
-        long = dict(dtype=torch.long, device=dev)
-        return {
-            "ids": torch.tensor([lane.token for _, lane in lanes] + [0] * pad, **long)[:, None],
-            "pos": torch.tensor([lane.pos for _, lane in lanes] + [0] * pad, **long)[:, None],
-            "slot": torch.tensor([lane.slot for _, lane in lanes] + [junk] * pad, **long)[:, None],
-            "rows": torch.tensor([b for b, _ in lanes] + [0] * pad, **long),
-            "stage": torch.tensor([lane.stage for _, lane in lanes] + [0] * pad, **long),
-            "bank": torch.tensor([lane.bank for _, lane in lanes] + [self.pad_bank] * pad, **long),
-            "visible": visible,
-        }
+        trees = [self.req[b].data["tree"] for b, _ in lanes]
+        meta = [[lane.token, lane.pos, lane.slot, b, lane.stage, lane.bank, tree.committed_end]
+                for (b, lane), tree in zip(lanes, trees)]
+        meta += [[0, 0, junk, 0, 0, self.pad_bank, 0]] * (width - n)
+        t = torch.tensor(meta, dtype=torch.long, device=run.device).T.contiguous()   # (7, width)
+        cols = [(i, s) for i, ((_, lane), tree) in enumerate(zip(lanes, trees)) for s in tree.visible(lane)]
+        cols += [(i, junk) for i in range(n, width)]
+        at = torch.tensor(cols, device=run.device).T
+        visible = run.key_range[:keys][None, :] < t[6][:, None]
+        visible[at[0], at[1]] = True
+        return {"ids": t[0][:, None], "pos": t[1][:, None], "slot": t[2][:, None], "rows": t[3], "stage": t[4],
+                "bank": t[5], "visible": visible}
 
     def _embed(self, new: list[tuple[int, Lane]], keys: int, junk: int) -> None:
         """P of the lanes that start this cycle, and their initial states (zeros, or InitState(α) from each
