@@ -39,7 +39,7 @@ def test_repeats_do_not_remeasure_a_configuration_and_the_reference_is_the_study
     ("run.timing_threads=0", "run.timing_threads=0 must be >= 1"),
     ("run.reference=statc", "run.reference='statc': 'statc' must start with a sampler (static, adaptive, "),
     ("run.reference='static r_inner=2'", "run.reference='static r_inner=2': 'r_inner=2' is not <setting>=<value> of "
-                                         "the static sampler (it has r, init_scale, kv_cache)"),
+                                         "the static sampler (it has r, init_scale, kv_cache, exit_threshold)"),
     ("run.reference='diffusion r_inner=64'", "run.reference='diffusion r_inner=64': diffusion sampler: r_inner=64 "
                                              "exceeds r=32"),
 ])
