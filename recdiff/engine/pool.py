@@ -19,6 +19,14 @@ def cache_length(model: RecurrentDepthModel, pad: int = 0) -> int:
     return model.config.block_size + max(PAD, 1 << max(pad - 1, 0).bit_length())
 
 
+def call_length(longest: int, pad: int = 0) -> int:
+    """Positions per slot for a call whose longest sequence is ``longest``, plus ``pad`` past it, for caches that keep
+    a plane per recurrence (per-step, lanes): sized to the call, not the block (a plane of Huginn-0125's or Ouro's
+    block per recurrence and layer at batch 32 would not fit a GPU). A power of two (at least 64) then ``pad``,
+    rounded up to a multiple of 64, so that calls of similar lengths share a runner."""
+    return -(-(max(64, 1 << (longest - 1).bit_length()) + pad) // 64) * 64
+
+
 def get_runner(model: RecurrentDepthModel, slots: int, length: int, policy: str = "shared",
                max_steps: int = 1) -> Runner:
     """The kept runner of this shape: any of ``slots`` rows, ``policy`` and the model's compile option with room

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from recdiff.engine.pool import cache_length, get_runner
+from recdiff.engine.pool import cache_length, call_length, get_runner
 from recdiff.engine.scheduler import Request
 from recdiff.model import relative_change
 from recdiff.samplers.base import GenerationResult, Options, check_fits
@@ -29,7 +29,8 @@ class ARBatch:
         self.q, self.compute_all = exit_threshold, compute_all
         self.copy_forward = exit_kv == "copy" and kv_cache == "per_step"
         self.slots = opts.slots
-        self.runner = get_runner(m, opts.slots, cache_length(m), kv_cache, max_steps=r)
+        length = call_length(opts.longest) if kv_cache == "per_step" else cache_length(m)
+        self.runner = get_runner(m, opts.slots, length, kv_cache, max_steps=r)
         dev = self.runner.device
         self.ids = torch.zeros((self.slots, 1), dtype=torch.long, device=dev)
         self.pos = torch.zeros((self.slots, 1), dtype=torch.long, device=dev)

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from recdiff.cache import READOUTS
 from recdiff.checks import validate
-from recdiff.engine.pool import get_runner
+from recdiff.engine.pool import call_length, get_runner
 from recdiff.engine.runner import Runner
 from recdiff.engine.scheduler import Request
 from recdiff.params import LoopSpecParams
@@ -49,9 +49,9 @@ class LoopSpecBatch:
         # A row holds the longest sequence of the call, then the side places of lanes on a branch of their own, then
         # room for a padding row's place: every depth has a plane (r of the core's, three of the coda's), so rows are
         # sized to the call, not to the block (Huginn-0125's block in 136 planes at batch 32 would not fit a GPU)
-        base = max(64, 1 << (opts.longest - 1).bit_length())
+        base = call_length(opts.longest)
         self.side = list(range(base, base + self.schedule.side_places))
-        length = -(-(base + len(self.side) + 1) // 64) * 64
+        length = call_length(opts.longest, len(self.side) + 1)
         self.runner = get_runner(m, opts.slots, length, "lanes", max_steps=self.schedule.S)
         run = self.runner
         # every lane's state and P output, in a bank row of its own; the last row is padding rows' (graphs, compile)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from recdiff.checks import validate
-from recdiff.engine.pool import cache_length, get_runner
+from recdiff.engine.pool import cache_length, call_length, get_runner
 from recdiff.engine.scheduler import Request
 from recdiff.params import SpeculativeParams
 from recdiff.samplers.base import GenerationResult, Options, check_fits
@@ -34,7 +34,9 @@ class SpeculativeBatch:
         self.opts, self.slots = opts, opts.slots
         self.r, self.r_draft, self.lookahead, self.init_scale = p["r"], p["r_draft"], p["lookahead"], p["init_scale"]
         # drafting may run up to lookahead positions past the last kept token
-        self.runner = get_runner(m, opts.slots, cache_length(m, self.lookahead), p["kv_cache"],
+        length = (call_length(opts.longest, self.lookahead) if p["kv_cache"] == "per_step"
+                  else cache_length(m, self.lookahead))
+        self.runner = get_runner(m, opts.slots, length, p["kv_cache"],
                                  max_steps=max(self.r, self.r_draft))
         self.req: list[Request | None] = [None] * self.slots
         dev = self.runner.device

@@ -26,4 +26,11 @@ SHAPES: dict[str, dict[str, Any]] = {
                    n_layers_in_prelude=4, n_layers_in_recurrent_block=6, n_layers_in_coda=4, intermediate_size=8192,
                    vocab_size=100352, block_size=1024, tie_embeddings=False, qk_bias=False, norm_eps=1e-6,
                    rope_theta=500000.0, max_position_embeddings=4096, init_values={"embed_scale": 1.0}),
+    # ByteDance/Ouro-1.4B: 24 layers looped total_ut_steps = 4 times, no injection (the block is its causal window
+    # here, not its 65,536 positions: the bench and the GPU tests run short prompts)
+    "ouro-1.4b": dict(family="ouro", n_embd=2048, n_heads=16, num_key_value_heads=16, head_dim=128,
+                      n_layers_in_prelude=0, n_layers_in_recurrent_block=24, n_layers_in_coda=0,
+                      intermediate_size=5632, vocab_size=49152, block_size=4096, tie_embeddings=False, qk_bias=False,
+                      norm_eps=1e-6, rope_theta=1000000.0, max_position_embeddings=65536, mean_recurrence=4,
+                      init_values={"embed_scale": 1.0}),
 }

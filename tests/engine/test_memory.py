@@ -42,3 +42,22 @@ def test_loopspec_keeps_a_plane_per_depth_sized_to_the_call():
         total = weights + cache + state
         print(f"loopspec B={slots} L={longest} r={r}: cache {cache / GB:.1f} GB, total {total / GB:.1f} GB")
         assert total < 80 * GB, f"{total / GB:.1f} GB"
+
+
+def test_ouro_1p4b_keeps_a_plane_per_loop_and_layer():
+    """Ouro-1.4B's shapes (24 layers looped 4 times, no prelude or coda): per-step caches hold a K/V plane per (loop,
+    layer), 4 × 24 of them, and static AR at its 4 loops with them fits next to the weights at batch 32."""
+    import torch
+
+    from recdiff.config import RecurrentConfig
+    from recdiff.model import RecurrentDepthModel
+    from recdiff.tools.shapes import SHAPES
+
+    with torch.device("meta"):
+        model = RecurrentDepthModel(RecurrentConfig(**SHAPES["ouro-1.4b"])).to(torch.bfloat16)
+    cfg = model.config
+    weights, cache, state, batch = predicted_bytes(model, "static", {"r": 4, "kv_cache": "per_step"}, 32, 1024)
+    assert 2.5 * GB < weights < 3.2 * GB   # 1.4B parameters (untied head) in bf16
+    per_plane = 2 * 32 * batch.runner.length * cfg.num_key_value_heads * cfg.head_dim * 2
+    assert cache == 4 * 24 * per_plane
+    assert weights + cache + state < 80 * GB
