@@ -248,8 +248,8 @@ def _column(name: str, values: list[Any]) -> pl.Series:
 _NULL_DTYPES: dict[str, pl.DataType] = {
     **dict.fromkeys(("study", "state", "sampler", "benchmark", "model", "beta_schedule", "freeze", "kv_cache",
                      "output_dir", "samples_path", "fail_reason", "identity", "speed_reference"), pl.String()),
-    **dict.fromkeys(("r_inner", "wavefront", "headway", "r", "r_draft", "lookahead", "max_steps", "n_samples",
-                     "peak_memory_bytes", "kv_cache_bytes", "timing_rounds", "threads"), pl.Int64()),
+    **dict.fromkeys(("r_inner", "wavefront", "headway", "r", "r_draft", "r_draft2", "lookahead", "max_steps",
+                     "n_samples", "peak_memory_bytes", "kv_cache_bytes", "timing_rounds", "threads"), pl.Int64()),
     **dict.fromkeys(("beta", "eta", "epsilon", "init_scale", "accuracy", "tokens_per_s", "accuracy_low",
                      "accuracy_high", "core_passes_per_token", "duration_s", "tokens_per_s_lo", "tokens_per_s_hi",
                      "speedup", "speedup_lo", "speedup_hi", "reference_tokens_per_s"), pl.Float64()),

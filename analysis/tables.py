@@ -20,12 +20,12 @@ from analysis.reference import (
 )
 from recdiff.errors import RecdiffError
 
-_SECTION = {"static": 1, "adaptive": 2, "speculative": 2, "diffusion": 3}
+_SECTION = {"static": 1, "adaptive": 2, "speculative": 2, "loopspec": 2, "diffusion": 3}
 
 
 @dataclass
 class Row:
-    sampler: str                       # sampler name (static, adaptive, speculative, diffusion, ...)
+    sampler: str                       # sampler name (static, adaptive, speculative, loopspec, diffusion, ...)
     settings: dict[str, Any]           # the keys that distinguish this row from its siblings
     cells: dict[str, tuple[float, float]]  # benchmark → (accuracy fraction, tokens/s)
     reference: bool = False            # static AR at r=32
@@ -203,7 +203,7 @@ def sampler_table(df: pl.DataFrame, benchmarks: list[str] | None = None, relativ
     mark(static)
     static.sort(key=lambda r: (not r.reference, r.settings.get("r") is None, r.settings.get("r") or 0))
     rows = static
-    for name in ("adaptive", "speculative"):
+    for name in BASELINES[1:]:   # adaptive, speculative, LoopSpec
         rows += _rows_for(df, name, _varying(df.filter(pl.col("sampler") == name)), benchmarks)
     others = [s for s in dict.fromkeys(df["sampler"].to_list()) if s not in BASELINES]
     diffusion: list[Row] = []
