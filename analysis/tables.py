@@ -32,17 +32,23 @@ class Row:
     numbers: dict[str, list[int]] = field(default_factory=dict)  # benchmark → the trials averaged in its cells
 
     @property
+    def shown(self) -> dict[str, Any]:
+        """The settings a label names: an unset one (None, the sampler's own choice, as LoopSpec's lone readout) is
+        left out."""
+        return {k: v for k, v in self.settings.items() if v is not None}
+
+    @property
     def label(self) -> str:
         name = SAMPLER_NAMES.get(self.sampler, self.sampler)
-        return f"{name} ({', '.join(setting(k, v) for k, v in self.settings.items())})" if self.settings else name
+        return f"{name} ({', '.join(setting(k, v) for k, v in self.shown.items())})" if self.shown else name
 
     @property
     def latex_label(self) -> str:
         name = _tex_escape(SAMPLER_NAMES.get(self.sampler, self.sampler))
-        if not self.settings:
+        if not self.shown:
             return name
         inner = ",".join(f"{LATEX_LABELS.get(k, _tex_text(k))}={_tex_escape(fmt_value(v))}"
-                         for k, v in self.settings.items())
+                         for k, v in self.shown.items())
         return f"{name} ({{\\tiny${inner}$}})"
 
 
