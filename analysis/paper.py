@@ -42,6 +42,8 @@ SWEEPS = REPO / "sweeps"
 ORDER = ("pareto_r_inner_beta", "tradeoff_r_inner", "tradeoff_epsilon", "eta", "beta_schedule", "wavefront",
          "headway", "init_scale", "continuous_compute", "kv_sharing", "table1", "loopspec", "search_nsga2")
 EMBEDDED = ("model=embedded", "benchmark=compose")
+# figures a recipe's report draws besides its Pareto plot and its claims' figures
+EXTRA_FIGURES = {"loopspec": ("loopspec_readouts",)}
 
 
 @dataclass(frozen=True)
@@ -249,7 +251,7 @@ def write_figures(trials: dict[str, pl.DataFrame], out: Path, say: Callable[[str
     from analysis.report import write_report
 
     for recipe, df in trials.items():
-        wanted = {"pareto", *(c.figure for c in CLAIMS if c.recipe == recipe)}
+        wanted = {"pareto", *EXTRA_FIGURES.get(recipe, ()), *(c.figure for c in CLAIMS if c.recipe == recipe)}
         try:
             write_report(df, out / "figures" / recipe, formats=("png", "pdf"), figures=wanted, progress=None)
         except (RecdiffError, RuntimeError) as exc:
@@ -343,6 +345,11 @@ def write_report_md(out: Path, scale_name: str, runs: list[dict], verdicts: list
     if speed.is_file():
         md += ["", f"## Relative to {_reference_of(trials.get('pareto_r_inner_beta'))}: the (r′, β_t) grid", "",
                speed.read_text()]
+    spec = out / "figures" / "loopspec" / "loopspec.md"
+    if spec.is_file():
+        md += ["", "## LoopSpec: r_draft × r_draft2 (not in the paper)", "", spec.read_text()]
+        if (out / "figures" / "loopspec" / "loopspec_readouts.png").is_file():
+            md += ["![loopspec_readouts](figures/loopspec/loopspec_readouts.png)", ""]
     md += ["", "## Figures", ""]
     for claim, v in verdicts:
         link = _figure_link(out, claim)
