@@ -38,10 +38,10 @@ from analysis.intervals import (
     t_mean,
     wilson,
 )
-from analysis.labels import label, setting
+from analysis.labels import benchmark_name, label, setting
 from analysis.load import load_trace
 from analysis.pareto import noisy_dominates, noisy_pareto_front
-from analysis.reference import delta_accuracy, is_paper_reference, reference_label, reference_trials
+from analysis.reference import delta_accuracy, is_paper_reference, reference_label, reference_trials, trials_of
 from analysis.speedup import speedup_est, speedup_table
 from analysis.trace_plots import position_stats
 from analysis.verdicts import Check, Untestable, judged
@@ -427,3 +427,72 @@ def diffusion_speedup(df: pl.DataFrame) -> list[Check]:
         if "number" in done.columns else done
     return [speed, accuracy_check(f"its accuracy change is {delta.fmt('+.1f')} points (needs ≥ −1)",
                                    decide(delta, ">=", -1.0), flat_accuracy(pool))]
+
+
+DIFFUSION_DEFAULTS = "diffusion"    # the paper's settings (Sec. 4), the sampler's defaults
+LOOPSPEC = "loopspec r=32"          # the LoopSpec baseline: r_draft=4, no second readout (recdiff.study.baselines)
+
+
+def _answers(rows: pl.DataFrame) -> dict[str, str] | None:
+    """problem → output of the first of `rows` whose per-sample table can be read (None: none can)."""
+    from pathlib import Path
+
+    for path in rows["samples_path"].to_list() if "samples_path" in rows.columns else []:
+        if path and Path(path).is_file():
+            return dict(pl.read_parquet(path, columns=["problem_id", "output"]).iter_rows())
+    return None
+
+
+def _lossless(spec: pl.DataFrame, ref: pl.DataFrame, where: str) -> Check:
+    """LoopSpec answers as static AR (r=32): the same output on every problem (its accuracy is then static AR's,
+    exactly), else its accuracy within 1 point of static AR's."""
+    mine, theirs = _answers(spec), _answers(ref)
+    same = [mine[p] == theirs[p] for p in mine if p in theirs] if mine and theirs else []
+    acc = mean(ests(spec, "accuracy"))
+    if same and all(same):
+        return Check(f"LoopSpec gave static AR (r=32)'s answer on all {len(same)} problems{where}, so its accuracy is "
+                     f"static AR's exactly ({pct(acc)}): lossless, as greedy decoding promises", True)
+    delta = delta_accuracy(acc, mean(ests(ref, "accuracy")))
+    differ = f"its answers differ from static AR (r=32)'s on {len(same) - sum(same)} of {len(same)} problems" \
+        if same else "no per-sample tables to compare its answers with static AR (r=32)'s"
+    return Check(f"LoopSpec{where}: {differ}; accuracy change {delta.fmt('+.1f')} points (needs within ±1: lossless)",
+                 True if -1.0 <= delta.lo and delta.hi <= 1.0 else False if delta.lo > 1.0 or delta.hi < -1.0 else None)
+
+
+@judged
+def diffusion_vs_loopspec(df: pl.DataFrame) -> list[Check]:
+    """LoopSpec comparison (not in the paper) — the diffusion sampler at its defaults is faster than LoopSpec at r=32
+    (the ratio of their paired speed-ups against static AR r=32 > 1) within 1 point of its accuracy; LoopSpec is
+    lossless (static AR r=32's answers)."""
+    done = completed(df)
+    if not is_paper_reference(done):
+        raise Untestable(f"needs speed-ups against static AR (r=32); the study timed against {reference_label(df)}")
+    diff, spec = trials_of(done, DIFFUSION_DEFAULTS), trials_of(done, LOOPSPEC)
+    if diff.is_empty() or spec.is_empty():
+        raise Untestable("needs the diffusion sampler at its defaults and LoopSpec at r=32 (r_draft=4)")
+    if "benchmark" not in done.columns:
+        diff, spec, done = (x.with_columns(pl.lit(None, pl.String).alias("benchmark")) for x in (diff, spec, done))
+    benches = [b for b in dict.fromkeys(diff["benchmark"].to_list()) if b in spec["benchmark"].to_list()]
+    if not benches:
+        raise Untestable("the diffusion defaults and LoopSpec share no benchmark")
+    checks = []
+    for bench in benches:
+        d, s, everything = (x.filter(pl.col("benchmark").eq_missing(bench)) for x in (diff, spec, done))
+        where = f" on {benchmark_name(bench)}" if len(benches) > 1 else ""
+        fast, slow = (mean(ests(x, "speedup")) if "speedup" in x.columns else Est(np.nan, -np.inf, np.inf)
+                      for x in (d, s))
+        if fast.known and slow.known:
+            gain = fast.ratio(slow)
+            checks.append(Check(f"the diffusion defaults{where} run {gain.fmt('.2f', unit='x')} LoopSpec's speed "
+                                "(their paired speed-ups against static AR (r=32), divided; needs > 1x)",
+                                decide(gain, ">", 1.0)))
+        else:
+            checks.append(Check(f"the diffusion defaults against LoopSpec{where}: speed-up unknown, not both timed "
+                                "against static AR (r=32) in their rounds (needs > 1x)", None))
+        delta = delta_accuracy(mean(ests(d, "accuracy")), mean(ests(s, "accuracy")))
+        checks.append(accuracy_check(f"their accuracy change{where} is {delta.fmt('+.1f')} points against LoopSpec "
+                                     "(needs ≥ −1)", decide(delta, ">=", -1.0), flat_accuracy(pl.concat([d, s]))))
+        ref = reference_trials(everything)
+        if not ref.is_empty():
+            checks.append(_lossless(s, ref, where))
+    return checks

@@ -8,11 +8,11 @@ from recdiff.params import declarations
 # Sampler keys in docs/architecture.md order; every trials table carries all of them.
 SAMPLER_KEYS: tuple[str, ...] = (
     "r_inner", "beta", "beta_schedule", "eta", "epsilon", "wavefront", "headway", "init_scale",
-    "continuous_compute", "freeze", "r", "kv_cache", "r_draft", "lookahead", "max_steps",
+    "continuous_compute", "freeze", "r", "kv_cache", "r_draft", "r_draft2", "lookahead", "max_steps",
 )
 OBJECTIVES: tuple[str, ...] = ("accuracy", "tokens_per_s")
 DIRECTIONS: tuple[str, ...] = ("maximize", "maximize")
-BASELINES: tuple[str, ...] = ("static", "adaptive", "speculative")
+BASELINES: tuple[str, ...] = ("static", "adaptive", "speculative", "loopspec")
 
 # The samplers' parameters label themselves (recdiff/params.py: the symbol, or a short name where the paper has none).
 LABELS: dict[str, str] = {
@@ -31,6 +31,7 @@ SAMPLER_NAMES: dict[str, str] = {
     "adaptive": "Adaptive Compute AR",
     "speculative": "Speculative Decoding AR",
     "diffusion": "Diff. Sampler",
+    "loopspec": "LoopSpec",
 }
 
 

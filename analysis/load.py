@@ -31,6 +31,8 @@ ATTR_COLUMNS: tuple[str, ...] = (
     "accuracy_low", "accuracy_high", "n_samples", "core_passes_per_token", "peak_memory_bytes",
     "kv_cache_bytes", "output_dir", "samples_path", "trace_paths",
 )
+# A LoopSpec trial's readouts (recdiff/trial/readouts.py); null for every other sampler.
+READOUT_COLUMNS: tuple[str, ...] = ("q1_acceptance", "q2_acceptance", "sequential_per_token", "peak_lanes")
 # Paired timing (recdiff.timing.paired_timing); null in studies recorded before it: their speed-up is unpaired, and
 # analysis says so instead of dividing tokens/s measured at different times.
 TIMING_COLUMNS: tuple[str, ...] = (
@@ -216,7 +218,7 @@ def _row(number: int, state: str, params: Mapping, values: Mapping, attrs: Mappi
         row[key] = value
     output_dir = attrs.get("output_dir")
     bases = [root, Path(output_dir) if output_dir else None, root.parent if root else None, Path.cwd()]
-    for key in (*ATTR_COLUMNS, *TIMING_COLUMNS):
+    for key in (*ATTR_COLUMNS, *TIMING_COLUMNS, *READOUT_COLUMNS):
         row[key] = attrs.get(key)
     row["output_dir"] = _resolve_path(output_dir, [root, Path.cwd()])
     row["samples_path"] = _resolve_path(attrs.get("samples_path"), bases)
@@ -248,11 +250,13 @@ def _column(name: str, values: list[Any]) -> pl.Series:
 _NULL_DTYPES: dict[str, pl.DataType] = {
     **dict.fromkeys(("study", "state", "sampler", "benchmark", "model", "beta_schedule", "freeze", "kv_cache",
                      "output_dir", "samples_path", "fail_reason", "identity", "speed_reference"), pl.String()),
-    **dict.fromkeys(("r_inner", "wavefront", "headway", "r", "r_draft", "lookahead", "max_steps", "n_samples",
-                     "peak_memory_bytes", "kv_cache_bytes", "timing_rounds", "threads"), pl.Int64()),
+    **dict.fromkeys(("r_inner", "wavefront", "headway", "r", "r_draft", "r_draft2", "lookahead", "max_steps",
+                     "n_samples", "peak_memory_bytes", "kv_cache_bytes", "timing_rounds", "threads", "peak_lanes"),
+                    pl.Int64()),
     **dict.fromkeys(("beta", "eta", "epsilon", "init_scale", "accuracy", "tokens_per_s", "accuracy_low",
                      "accuracy_high", "core_passes_per_token", "duration_s", "tokens_per_s_lo", "tokens_per_s_hi",
-                     "speedup", "speedup_lo", "speedup_hi", "reference_tokens_per_s"), pl.Float64()),
+                     "speedup", "speedup_lo", "speedup_hi", "reference_tokens_per_s", "q1_acceptance",
+                     "q2_acceptance", "sequential_per_token"), pl.Float64()),
     "continuous_compute": pl.Boolean(), "baseline": pl.Boolean(), "is_reference": pl.Boolean(),
     "trace_paths": pl.List(pl.String()),
 }
@@ -260,8 +264,8 @@ _NULL_DTYPES: dict[str, pl.DataType] = {
 
 def _frame(rows: list[dict[str, Any]], objectives: Iterable[str]) -> pl.DataFrame:
     head = ["study", "number", "state", "sampler", "benchmark", "model", *SAMPLER_KEYS]
-    tail = [*objectives, "accuracy_low", "accuracy_high", *TIMING_COLUMNS, *ATTR_COLUMNS[2:], "fail_reason",
-            "baseline", *REFERENCE_COLUMNS, "identity"]
+    tail = [*objectives, "accuracy_low", "accuracy_high", *TIMING_COLUMNS, *ATTR_COLUMNS[2:], *READOUT_COLUMNS,
+            "fail_reason", "baseline", *REFERENCE_COLUMNS, "identity"]
     seen = dict.fromkeys(head)
     for row in rows:
         seen.update(dict.fromkeys(k for k in row if k not in tail))

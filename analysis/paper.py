@@ -40,8 +40,10 @@ REPO = Path(__file__).resolve().parent.parent
 SWEEPS = REPO / "sweeps"
 # Recipes in the order they run: the big grid first (its points are reused by the one-parameter recipes).
 ORDER = ("pareto_r_inner_beta", "tradeoff_r_inner", "tradeoff_epsilon", "eta", "beta_schedule", "wavefront",
-         "headway", "init_scale", "continuous_compute", "kv_sharing", "table1", "search_nsga2")
+         "headway", "init_scale", "continuous_compute", "kv_sharing", "table1", "loopspec", "search_nsga2")
 EMBEDDED = ("model=embedded", "benchmark=compose")
+# figures a recipe's report draws besides its Pareto plot and its claims' figures
+EXTRA_FIGURES = {"loopspec": ("loopspec_readouts",)}
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ class Recipe:
     params: dict[str, list[str]]   # hydra.sweeper.params, values as written
     search: bool                   # an ask/tell recipe (study.mode=search; no -m)
     comment: str                   # the recipe's first comment line: what of the paper it draws
+    sampler: str = "diffusion"     # the sampler it pins, whose defaults a thinned sweep keeps
 
     @classmethod
     def load(cls, path: Path) -> "Recipe":
@@ -101,7 +104,7 @@ class Recipe:
         first = next((ln.lstrip("# ").strip() for ln in path.read_text().splitlines()
                       if ln.startswith("#") and "@package" not in ln), "")
         return cls(path.stem, {k: [v.strip() for v in str(vals).split(",")] for k, vals in params.items()},
-                   cfg.study.mode == "search", first)
+                   cfg.study.mode == "search", first, str(cfg.sampler.name))
 
 
 def recipes(only: Sequence[str] | None = None) -> list[Recipe]:
@@ -114,13 +117,13 @@ def recipes(only: Sequence[str] | None = None) -> list[Recipe]:
     return [Recipe.load(found[n]) for n in names if not only or n in only]
 
 
-def _default(key: str) -> str | None:
+def _default(key: str, sampler: str = "diffusion") -> str | None:
     """The sampler's default for a swept `sampler.<key>` (kept when a scale thins the values)."""
     from recdiff.schema import SAMPLER_PARAMS
 
     if not key.startswith("sampler."):
         return None
-    v = getattr(SAMPLER_PARAMS["diffusion"](), key.split(".", 1)[1], None)
+    v = getattr(SAMPLER_PARAMS[sampler](), key.split(".", 1)[1], None)
     return None if v is None else str(v).lower() if isinstance(v, bool) else str(v)
 
 
@@ -167,7 +170,8 @@ def sweep_command(recipe: Recipe, scale: Scale, scale_name: str, out: Path,
             if key == "benchmark":   # table1's four benchmarks: the embedded default has one
                 continue
             # only the sampler's values are thinned: Table 1's rows stay
-            kept = thin(values, scale.max_values, _default(key)) if key.startswith("sampler.") else values
+            kept = thin(values, scale.max_values, _default(key, recipe.sampler)) if key.startswith("sampler.") \
+                else values
             args.append(f"{key}={','.join(kept)}")
     return args + list(overrides)
 
@@ -247,7 +251,7 @@ def write_figures(trials: dict[str, pl.DataFrame], out: Path, say: Callable[[str
     from analysis.report import write_report
 
     for recipe, df in trials.items():
-        wanted = {"pareto", *(c.figure for c in CLAIMS if c.recipe == recipe)}
+        wanted = {"pareto", *EXTRA_FIGURES.get(recipe, ()), *(c.figure for c in CLAIMS if c.recipe == recipe)}
         try:
             write_report(df, out / "figures" / recipe, formats=("png", "pdf"), figures=wanted, progress=None)
         except (RecdiffError, RuntimeError) as exc:
@@ -341,6 +345,11 @@ def write_report_md(out: Path, scale_name: str, runs: list[dict], verdicts: list
     if speed.is_file():
         md += ["", f"## Relative to {_reference_of(trials.get('pareto_r_inner_beta'))}: the (r′, β_t) grid", "",
                speed.read_text()]
+    spec = out / "figures" / "loopspec" / "loopspec.md"
+    if spec.is_file():
+        md += ["", "## LoopSpec: r_draft × r_draft2 (not in the paper)", "", spec.read_text()]
+        if (out / "figures" / "loopspec" / "loopspec_readouts.png").is_file():
+            md += ["![loopspec_readouts](figures/loopspec/loopspec_readouts.png)", ""]
     md += ["", "## Figures", ""]
     for claim, v in verdicts:
         link = _figure_link(out, claim)

@@ -2,9 +2,9 @@
 
 Artists hold the data exactly as given (accuracy as a fraction, memory in bytes); units are shown
 by axis formatters, so what a test reads back from an artist is the column it passed in.
-Diffusion trials are the points; baseline samplers (static AR, adaptive, speculative) are reference markers: on the
-Pareto figure every static depth recorded (static AR r=4 and r=8 are the depth trade-off), elsewhere r=32 only, as
-in the paper. An accuracy scale (axis or colour bar) stays within [0, 1] while covering the data.
+Diffusion trials are the points; baseline samplers (static AR, adaptive, speculative, LoopSpec) are reference markers:
+on the Pareto figure every static depth recorded (static AR r=4 and r=8 are the depth trade-off), elsewhere r=32
+only, as in the paper. An accuracy scale (axis or colour bar) stays within [0, 1] while covering the data.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from recdiff.errors import RecdiffError
 
 STYLE = Path(__file__).with_name("style.mplstyle")
 REFERENCE_R = 32  # the paper's static AR reference depth
-_BASELINE_MARKERS = {"static": "s", "adaptive": "^", "speculative": "D"}
+_BASELINE_MARKERS = {"static": "s", "adaptive": "^", "speculative": "D", "loopspec": "P"}
 
 
 def styled(fn: Callable[..., Axes]) -> Callable[..., Axes]:

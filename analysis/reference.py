@@ -1,6 +1,7 @@
 """The reference point of every relative number (Table 1's relative row, the speed-up table, the claims): which trials
 are the reference (the study's ``run.reference``, static AR at r=32 by default), what it is called, the accuracy
-change against it; and the trials that can be compared with it (:func:`comparable`)."""
+change against it; the trials that can be compared with it (:func:`comparable`); and the trials of any sampler
+setting written as one line (:func:`trials_of`)."""
 from __future__ import annotations
 
 from typing import Any
@@ -39,6 +40,25 @@ def reference_trials(df: pl.DataFrame) -> pl.DataFrame:
             common = ref[key].drop_nulls().value_counts(sort=True)[key][0]
             ref = ref.filter(pl.col(key) == common)
     return ref
+
+
+def trials_of(df: pl.DataFrame, text: str) -> pl.DataFrame:
+    """The trials of `df` that ran the sampler and settings one line names, as `run.reference` is written ("diffusion":
+    its defaults; "loopspec r=32"). Every setting of the sampler is compared, unset ones (None) too; a null cell counts
+    as the sampler's default (a trial recorded before the setting existed), a column the table lacks is not compared."""
+    from recdiff.params import parse_sampler
+
+    params = parse_sampler(text)
+    if "sampler" not in df.columns:
+        return df.clear()
+    out = df.filter(pl.col("sampler") == params.name)
+    for key, (default, _) in params.spec().items():
+        if key not in out.columns:
+            continue
+        want = getattr(getattr(params, key), "value", getattr(params, key))   # an Enum's value, as the table holds it
+        hit = pl.col(key).is_null() if want is None else pl.col(key) == want
+        out = out.filter((hit | pl.col(key).is_null()) if want == default else hit)
+    return out
 
 
 def reference_label(df: pl.DataFrame) -> str:

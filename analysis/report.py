@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 from analysis import plots, trace_plots
 from analysis.labels import OBJECTIVES, SAMPLER_KEYS, benchmark_name, label, setting
 from analysis.load import check_identities, load_samples, load_trials, resolve, study_name_of
+from analysis.loopspec import format_loopspec, loopspec_table, loopspec_trials
 from analysis.pareto import hypervolume_interval, knee, noisy_pareto_front, pareto_front
 from analysis.reference import reference_label
 from analysis.speedup import format_speedup, speedup_table
@@ -205,7 +206,36 @@ def plan_figures(df: pl.DataFrame) -> list[tuple[str, Builder]]:
             figs.append(("latent_change", lambda p=pick, t=title: _latent(p["trace"], t)))
         examples = [(r["trace"], _settings_title(r, keys)) for r in example_traces(traced, keys)]
         figs.append(("qualitative_examples", lambda e=examples: _examples(e)))
+    if (spec := readout_trial(done)) is not None:
+        title = _settings_title(spec, ["r", "r_draft", "r_draft2"]) + ": which readout's proposal was committed"
+        figs.append(("loopspec_readouts", lambda s=spec, t=title: _readouts(s["samples_path"], t)))
     return figs
+
+
+# LoopSpec's readouts picture: the slice's first READOUT_PROBLEMS problems of one trial
+READOUT_PROBLEMS = 32
+
+
+def _readouts(path: str, title: str) -> Figure:
+    accepted, labels = trace_plots.readouts(path, READOUT_PROBLEMS)
+    fig, (ax,) = _fig(width=9.0, height=1.2 + 0.16 * max(len(accepted), 4))
+    trace_plots.plot_readouts(accepted, labels, ax=ax)
+    ax.set_title(title, fontsize=9)
+    return fig
+
+
+def readout_trial(df: pl.DataFrame) -> dict | None:
+    """The LoopSpec trial whose readouts the report draws: the fastest (by paired speed-up when all have one) whose
+    per-sample table holds them; None without one."""
+    spec = loopspec_trials(df)
+    if spec.is_empty() or "samples_path" not in spec.columns:
+        return None
+    speed = "speedup" if "speedup" in spec.columns and spec["speedup"].null_count() == 0 else "tokens_per_s"
+    for row in spec.sort(speed, descending=True).iter_rows(named=True):
+        path = row.get("samples_path")
+        if path and Path(path).is_file() and "accepted" in pl.read_parquet_schema(path):
+            return row
+    return None
 
 
 def _has_delta(path: str) -> bool:
@@ -223,7 +253,8 @@ def _md_frame(df: pl.DataFrame, float_fmt: str = "{:.4g}") -> str:
 
 
 def _summary(df: pl.DataFrame, name: str, source: Any, figures: list[tuple[str, list[Path]]],
-             table_md: str | None, failed: list[str], speedup_md: str | None = None) -> str:
+             table_md: str | None, failed: list[str], speedup_md: str | None = None,
+             loopspec_md: str | None = None) -> str:
     done = _complete(df)
     where = f"polars DataFrame ({len(df)} rows)" if isinstance(source, pl.DataFrame) else f"`{source}`"
     md = [f"# Study `{name}`", "", f"Source: {where}", ""]
@@ -264,6 +295,12 @@ def _summary(df: pl.DataFrame, name: str, source: Any, figures: list[tuple[str, 
                "at its end).", "", speedup_md, ""]
     if table_md:
         md += ["## Sampler comparison (Table 1)", "", table_md, ""]
+    if loopspec_md:
+        md += ["## LoopSpec", "",
+               "Every LoopSpec trial: how often the readout at r_draft (q1) and at r_draft2 (q2) proposed the token "
+               "the full-depth readout committed (pooled over the slice), the recurrences a token waited for after "
+               "the first (r_draft when q1 was right, r_draft2 when q2 was, r when neither), all lanes' recurrences "
+               "per token, the most lanes one sequence held, and its speed.", "", loopspec_md, ""]
     if figures:
         md += ["## Figures", ""]
         for stem, paths in figures:
@@ -342,7 +379,14 @@ def write_report(source: Any, out_dir: str | Path | None = None, *, study_name: 
         written += [out / "speedup.md", out / "speedup.csv"]
         say("speedup: speedup.md, speedup.csv")
 
-    (out / "report.md").write_text(_summary(df, name, source, drawn, table_md, failed, speedup_md))
+    loopspec_md = None
+    if not (spec := loopspec_table(df)).is_empty():
+        loopspec_md = format_loopspec(spec, reference_label(df))
+        (out / "loopspec.md").write_text(loopspec_md)
+        written.append(out / "loopspec.md")
+        say("loopspec: loopspec.md")
+
+    (out / "report.md").write_text(_summary(df, name, source, drawn, table_md, failed, speedup_md, loopspec_md))
     written.append(out / "report.md")
     say(f"report: {out / 'report.md'}")
     if failed:

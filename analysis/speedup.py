@@ -36,11 +36,12 @@ def speedup_table(df: pl.DataFrame) -> pl.DataFrame:
       `reference_trials` of the same benchmark (one identity per benchmark, see `check_identities`; repeats
       averaged, as Table 1's cells); null without a reference, its bounds null without accuracy intervals.
 
-    Rows: baselines first (the reference, static AR by r, adaptive, speculative), then the other trials by number.
+    Rows: baselines first (the reference, static AR by r, adaptive, speculative, LoopSpec), then the other trials by
+    number.
     The sweep's closing table, the report, Table 1's relative row and the claims all use these numbers."""
     df = comparable(df, "compare")
     keys = {s: _setting_keys(df, s) for s in dict.fromkeys(df["sampler"].to_list())}
-    order = {"static": 0, "adaptive": 1, "speculative": 2}
+    order = {name: i for i, name in enumerate(BASELINES)}   # static, adaptive, speculative, LoopSpec
     out = []
     for part in df.partition_by("benchmark", maintain_order=True, include_key=True):
         ref = reference_trials(part)
@@ -61,7 +62,7 @@ def speedup_table(df: pl.DataFrame) -> pl.DataFrame:
                          "tokens_per_s": tps.value, **_bounds("tokens_per_s", tps),
                          "paired": sp is not None, "speedup": sp.value if sp else None, **_bounds("speedup", sp),
                          "delta_accuracy": delta.value if delta else None, **_bounds("delta_accuracy", delta),
-                         "_key": (not is_ref, not base, order.get(rec["sampler"], 3),
+                         "_key": (not is_ref, not base, order.get(rec["sampler"], len(order)),
                                   rec.get("r") if rec["sampler"] == "static" and rec.get("r") is not None else 0,
                                   rec["number"] or 0)})
         out += sorted(rows, key=lambda r: r["_key"])

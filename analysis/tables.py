@@ -20,29 +20,35 @@ from analysis.reference import (
 )
 from recdiff.errors import RecdiffError
 
-_SECTION = {"static": 1, "adaptive": 2, "speculative": 2, "diffusion": 3}
+_SECTION = {"static": 1, "adaptive": 2, "speculative": 2, "loopspec": 2, "diffusion": 3}
 
 
 @dataclass
 class Row:
-    sampler: str                       # sampler name (static, adaptive, speculative, diffusion, ...)
+    sampler: str                       # sampler name (static, adaptive, speculative, loopspec, diffusion, ...)
     settings: dict[str, Any]           # the keys that distinguish this row from its siblings
     cells: dict[str, tuple[float, float]]  # benchmark → (accuracy fraction, tokens/s)
     reference: bool = False            # static AR at r=32
     numbers: dict[str, list[int]] = field(default_factory=dict)  # benchmark → the trials averaged in its cells
 
     @property
+    def shown(self) -> dict[str, Any]:
+        """The settings a label names: an unset one (None, the sampler's own choice, as LoopSpec's lone readout) is
+        left out."""
+        return {k: v for k, v in self.settings.items() if v is not None}
+
+    @property
     def label(self) -> str:
         name = SAMPLER_NAMES.get(self.sampler, self.sampler)
-        return f"{name} ({', '.join(setting(k, v) for k, v in self.settings.items())})" if self.settings else name
+        return f"{name} ({', '.join(setting(k, v) for k, v in self.shown.items())})" if self.shown else name
 
     @property
     def latex_label(self) -> str:
         name = _tex_escape(SAMPLER_NAMES.get(self.sampler, self.sampler))
-        if not self.settings:
+        if not self.shown:
             return name
         inner = ",".join(f"{LATEX_LABELS.get(k, _tex_text(k))}={_tex_escape(fmt_value(v))}"
-                         for k, v in self.settings.items())
+                         for k, v in self.shown.items())
         return f"{name} ({{\\tiny${inner}$}})"
 
 
@@ -203,7 +209,7 @@ def sampler_table(df: pl.DataFrame, benchmarks: list[str] | None = None, relativ
     mark(static)
     static.sort(key=lambda r: (not r.reference, r.settings.get("r") is None, r.settings.get("r") or 0))
     rows = static
-    for name in ("adaptive", "speculative"):
+    for name in BASELINES[1:]:   # adaptive, speculative, LoopSpec
         rows += _rows_for(df, name, _varying(df.filter(pl.col("sampler") == name)), benchmarks)
     others = [s for s in dict.fromkeys(df["sampler"].to_list()) if s not in BASELINES]
     diffusion: list[Row] = []

@@ -1,5 +1,6 @@
 """Figures of one diffusion trace (token-stability pictures): the token at each position and step, its latent
-change, and how long each position took to settle. Same conventions as :mod:`analysis.plots`."""
+change, and how long each position took to settle; and their LoopSpec counterpart, which readout was right at each
+committed token (:func:`plot_readouts`). Same conventions as :mod:`analysis.plots`."""
 from __future__ import annotations
 
 from typing import Any
@@ -188,4 +189,24 @@ def plot_position_stability(trace: Any, ax: Axes | None = None) -> Axes:
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title("per-position stability")
     legend(ax)
+    return ax
+
+
+def readouts(samples_path: str, max_problems: int | None = None) -> tuple[list[list[int]], list[str]]:
+    """A LoopSpec trial's readouts from its per-sample table: (per problem, the readout right at each committed token
+    after the first: 1 q1, 2 q2, 0 neither; the problem ids), the slice's first `max_problems`."""
+    rows = pl.read_parquet(samples_path, columns=["problem_id", "accepted"]).head(max_problems)
+    return [list(a or []) for a in rows["accepted"].to_list()], [str(p) for p in rows["problem_id"].to_list()]
+
+
+@styled
+def plot_readouts(accepted: list[list[int]], labels: list[str] | None = None, ax: Axes | None = None) -> Axes:
+    """One strip per problem, committed tokens along x, coloured by the readout whose proposal the full-depth readout
+    committed (q1, q2, neither). `ax.images[0].get_array()` is the readouts as a (problems, tokens) array, masked past
+    each problem's last token (:func:`recdiff.artifacts.readout_matrix`); the dashboard's picture draws the same."""
+    from recdiff.artifacts import draw_readouts
+
+    ax = new_axes(ax)
+    draw_readouts(ax, accepted, labels)
+    ax.grid(False)
     return ax

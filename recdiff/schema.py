@@ -102,7 +102,7 @@ class StudyConfig:
     skip_duplicates: bool = True          # an identical configuration already COMPLETE is not re-run
     # grid mode: a configuration COMPLETE in another study of the storage under the same identity is copied, not re-run
     reuse: bool = True
-    # grid mode: also record the paper's baselines (static AR r=32/4/8, adaptive, speculative) once per identity
+    # grid mode: also record the baselines (static AR r=32/4/8, adaptive, speculative, LoopSpec) once per identity
     # (recdiff/study/baselines.py); a searched study does not (its sampler would see their parameters)
     baselines: bool = True
     heartbeat_interval: int = 10          # seconds between heartbeats of a RUNNING trial

@@ -6,8 +6,9 @@ python -m recdiff.lm_eval --model recdiff \\
 ```
 
 ``model_args``: ``pretrained`` (folder or hub id; ``recdiff/...`` inside the package), ``sampler`` (static, adaptive,
-speculative, diffusion), the sampler's parameters by their recdiff names (``r``, ``r_inner``, ``epsilon``, ...; checked
-as ``recdiff.generate`` checks them, one line for a wrong name, type or value), ``batch_size`` (sequences decoded side
+speculative, diffusion, loopspec), the sampler's parameters by their recdiff names (``r``, ``r_inner``, ``epsilon``,
+``r_draft``, ...; checked as ``recdiff.generate`` checks them, one line for a wrong name, type or value; ``null`` or
+``none`` for an unset one, ``r_draft2=null``), ``batch_size`` (sequences decoded side
 by side; wins over lm-eval's ``--batch_size``), ``device``, ``dtype``, ``compile``, ``seed`` (for sampling) and
 ``stats_file``.
 
@@ -69,6 +70,8 @@ class RecdiffLM(TemplateLM):
         from recdiff.load import resolve_device, resolve_model_path
         from recdiff.samplers import check_params
 
+        # lm-eval reads "none" as None; "null", as a sweep and a preset write it, is None too
+        params = {k: None if isinstance(v, str) and v.lower() == "null" else v for k, v in params.items()}
         try:
             self.params = check_params(str(sampler), params)
         except RecdiffError as err:

@@ -1,7 +1,9 @@
 """The paper's baselines, recorded in every grid study (``study.baselines``, default true).
 
 Static AR at r=32 (the reference point of every speed-up and accuracy change), static AR at r=4 and r=8,
-adaptive-compute AR and speculative AR, each with the sampler's own defaults (``recdiff/params.py``). A baseline is an
+adaptive-compute AR, speculative AR and LoopSpec (pipelined self-speculative decoding at r=32, lossless: static AR
+r=32's answers under greedy decoding, sooner), each with the sampler's own defaults (``recdiff/params.py``; LoopSpec:
+r_draft=4, no second readout). A baseline is an
 ordinary grid configuration: the job's plan with another sampler, so its config hash is the one a recipe's trial of
 the same settings has (``sweeps=kv_sharing``, ``sweeps=table1``), and it is recorded as a normal trial with the user
 attribute ``baseline=True``.
@@ -36,6 +38,7 @@ log = logging.getLogger("recdiff.study")
 # (sampler, settings that differ from its defaults): the baselines the paper draws. The first is the reference.
 BASELINES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("static", {"r": 32}), ("static", {"r": 4}), ("static", {"r": 8}), ("adaptive", {}), ("speculative", {}),
+    ("loopspec", {"r": 32}),
 )
 
 

@@ -16,10 +16,10 @@ For each model and sampler, three ways of running by default, side by side in on
 
 Warm-up (compilation, graph capture, allocations) is excluded: compiled modes run the timed work once before
 timing it; timers synchronise the device. Also printed: core passes per token, the diffusion/static-AR (r=32) ratio
-in each mode next to the ideal (r+1)/(r'+1) (batch-1: the paired speed-up with its 95% interval, timed as a sweep's
-trial times it, :func:`recdiff.timing.paired_timing`), and the KV-cache memory of both cache policies at the same
-length. And what each mode pays per core row·recurrence (one position through one recurrence: wall time over the
-results' ``tokens_forward``) next to the weight products of one recurrence alone at 1 to 256 rows
+in each mode next to the ideal (r+1)/(r'+1), and LoopSpec's (batch-1: the paired speed-up with its 95% interval,
+timed as a sweep's trial times it, :func:`recdiff.timing.paired_timing`), and the KV-cache memory of both cache
+policies at the same length. And what each mode pays per core row·recurrence (one position through one recurrence:
+wall time over the results' ``tokens_forward``) next to the weight products of one recurrence alone at 1 to 256 rows
 (:func:`recdiff.tools.bounds.product_floor`): how far a mode is from what this machine's matrix kernels allow
 (streaming the weights at batch 1, multiplying them for a wide wavefront or a batch), and so how much any
 implementation of the same arithmetic could still gain.
@@ -59,6 +59,7 @@ from recdiff.engine.runner import set_compile
 from recdiff.model import RecurrentDepthModel
 from recdiff.samplers.ar import ARBatch
 from recdiff.samplers.diffusion import DiffusionBatch
+from recdiff.samplers.loopspec import LoopSpecBatch
 from recdiff.samplers.speculative import SpeculativeBatch
 from recdiff.timing import PairedTiming, Timer, paired_timing
 from recdiff.tools.bounds import (
@@ -102,11 +103,14 @@ SAMPLERS: list[tuple[str, str, dict[str, Any]]] = [
     # the defaults with a narrower wavefront: at batch B a step iterates up to B·W positions
     ("diffusion defaults W=32", "diffusion",
      {"r": 32, "r_inner": 4, "epsilon": 0.03, "beta": 0.0, "eta": 0.1, "wavefront": 32}),
+    # LoopSpec (the baseline of every grid study), with a second readout at K·X = 8
+    ("loopspec K=4", "loopspec", {"r": 32, "r_draft": 4}),
+    ("loopspec K=4 X=2", "loopspec", {"r": 32, "r_draft": 4, "r_draft2": 8}),
 ]
 MODES = ("batch-1 eager", "batch-1 compiled", "batch-B eager", "batch-B compiled")
 CPU_MODES = ("batch-1 eager", "batch-1 compiled", "batch-B compiled")  # the default modes on a CPU
 GPU_MODES = ("batch-1 compiled", "batch-B compiled")  # the default modes on a GPU (eager: --modes)
-STEP_CLASSES = (ARBatch, SpeculativeBatch, DiffusionBatch)  # every sampler's batch state (what --profile times)
+STEP_CLASSES = (ARBatch, SpeculativeBatch, DiffusionBatch, LoopSpecBatch)  # every sampler's batch state (--profile)
 
 
 def build(name: str, device: str, dtype: str | None) -> RecurrentDepthModel:
@@ -322,8 +326,9 @@ def main(argv: list[str] | None = None) -> None:
         if bound:
             print("bandwidth bound (bytes the model calls must read: weights, plus K/V; over the copy bandwidth "
                   "above); a call is a token of static and adaptive AR, a diffusion step, a speculative draft or "
-                  "verification; batch-B: a call of B sequences, the weights read once for them; batch-1 % bound: "
-                  "the median prompt's)")
+                  "verification, a LoopSpec cycle (its K core calls read R's weights once each for all lanes); "
+                  "batch-B: a call of B sequences, the weights read once for them; batch-1 % bound: the median "
+                  "prompt's)")
             print(f"{'sampler':24s}"
                   + "".join(f" {m + ': GB/call':>28s} {'calls/s':>9s} {'% bound':>8s}" for m in modes))
             for label in results:
@@ -344,6 +349,10 @@ def main(argv: list[str] | None = None) -> None:
                 if label in results:
                     ratios = "  ".join(ratio(model, prompts, label, results, m, args) for m in modes)
                     print(f"ratio {label} / static r=32 — {ratios} (ideal (r+1)/(r'+1) = {33 / 5:.2f}x)")
+            for label in (s[0] for s in rows if s[1] == "loopspec"):
+                ratios = "  ".join(ratio(model, prompts, label, results, m, args) for m in modes)
+                print(f"ratio {label} / static r=32 — {ratios} (lossless: the same tokens, each after as few as "
+                      "r_draft sequential recurrences)")
             if len(modes) > 1:
                 for label in ("static r=32", "diffusion defaults", "diffusion fixed r'=4"):
                     if label in results:

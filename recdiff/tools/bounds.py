@@ -3,7 +3,8 @@
 - The memory-bandwidth bound: the bytes a model call must read from device memory (:func:`read_bytes`,
   :func:`result_bytes`: the weights once per call, P and C once, R once per recurrence, the head's full matrix, plus
   the K/V of every attended position in every attention layer pass) over the copy bandwidth measured in the same run
-  (:func:`copy_bandwidth`).
+  (:func:`copy_bandwidth`). A LoopSpec cycle is one call whose K recurrences each read R's weights once for all its
+  lanes (:func:`weight_bytes`).
 - The weight-product floor (:func:`product_floor`): one recurrence's weight products alone at the vendor GEMM's rate,
   by rows per call.
 """
@@ -56,12 +57,27 @@ def read_bytes(model: RecurrentDepthModel) -> ReadBytes:
 def model_calls(sampler: str, stats: dict, params: dict) -> int:
     """Model calls (P … C passes) of one sequence, prefill included, from its result's stats: static and adaptive
     AR one per token (the prefill gives the first), diffusion one per step after the prefill, speculative decoding
-    ``lookahead`` drafts and one verification per round after the prefill."""
-    if sampler == "diffusion":
+    ``lookahead`` drafts and one verification per round after the prefill, LoopSpec one per cycle after the
+    prefill."""
+    if sampler in ("diffusion", "loopspec"):
         return 1 + stats["steps"]
     if sampler == "speculative":
         return 1 + stats["rounds"] * (params.get("lookahead", 4) + 1)
     return stats["steps"]
+
+
+def weight_bytes(rb: ReadBytes, sampler: str, stats: dict, params: dict) -> float:
+    """The weights one sequence's model calls must read (batch 1): P and C once per call, R once per recurrence.
+    LoopSpec's ``core_passes`` count every lane's recurrences, but a cycle's K core calls read R's weights once each
+    for all lanes: its prefill reads R ``r`` times and each cycle K times; P for the cycles that start a lane (every
+    one but the last r/K − 1, in which the last token's lanes only run on to r; none of those at an early stop), C for
+    those that read one out (every one)."""
+    calls = model_calls(sampler, stats, params)
+    if sampler != "loopspec":
+        return calls * (rb.prelude + rb.coda) + stats["core_passes"] * rb.core
+    S, K, cycles = params.get("r", 32), params.get("r_draft", 4), stats["steps"]
+    starts = 1 + max(cycles - (S // K - 1), 0)
+    return starts * rb.prelude + calls * rb.coda + (S + cycles * K) * rb.core
 
 
 def result_bytes(rb: ReadBytes, results: list[Any], prompt_lens: list[int], sampler: str, params: dict,
@@ -74,7 +90,7 @@ def result_bytes(rb: ReadBytes, results: list[Any], prompt_lens: list[int], samp
     weights = kv = 0.0
     for res, n_prompt in zip(results, prompt_lens):
         s, calls = res.stats, model_calls(sampler, res.stats, params)
-        weights += calls * (rb.prelude + rb.coda) + s["core_passes"] * rb.core
+        weights += weight_bytes(rb, sampler, s, params)
         keys = n_prompt + len(res.tokens) / 2
         kv += (calls * (rb.layers[0] + rb.layers[2]) + s["core_passes"] * rb.layers[1]) * keys * rb.kv
     return weights / batch + kv

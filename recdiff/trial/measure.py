@@ -13,7 +13,7 @@ Two passes, each after untimed warm-ups (allocations, compilation, graph capture
   both numbers are a batch's throughput: generated tokens per second of the whole call.
 
 Then the per-sample table, traces and scores (:mod:`recdiff.trial.samples`) and the user attributes (accuracy with its
-95% Wilson interval, core passes per token, peak memory ...).
+95% Wilson interval, core passes per token, peak memory ...; a LoopSpec trial's: :mod:`recdiff.trial.readouts`).
 
 Failures are exceptions for the caller to record: :class:`~recdiff.errors.RecdiffError` = an invalid combination of
 settings, :class:`~recdiff.trial.deadline.TrialTimeout`, ``torch.OutOfMemoryError``/``MemoryError``, anything else.
@@ -31,6 +31,7 @@ from recdiff.errors import RecdiffError
 from recdiff.timing import PairedTiming, PeakMemory, ReferenceTimingError, Sample, Timer, paired_timing, torch_threads
 from recdiff.tokenizer import ByteCodec, encode_prompt
 from recdiff.trial.deadline import deadline
+from recdiff.trial.readouts import readout_attrs
 from recdiff.trial.samples import record_samples
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ class TrialResult:
     tokens_per_s: float
     attrs: dict[str, Any]                 # user attributes (docs/architecture.md, "Studies")
     rows: list[dict[str, Any]] = field(default_factory=list)
-    stability_png: str | None = None      # the first trace drawn, for the dashboard
+    picture: str | None = None            # for the dashboard: the first trace drawn, or LoopSpec's readouts
 
 
 @dataclass
@@ -220,5 +221,7 @@ def run_trial(work: Workload, trial: TrialSpec, output_dir: str | os.PathLike) -
         samples_path=str(samples.path), trace_paths=samples.trace_paths, output_dir=str(out),
         **speed.attrs(),   # the paired timing: tokens/s interval, speed-up against the reference, rounds, threads
     )
+    if sampler.name == "loopspec":   # what explains its speed: how often the early readouts were right
+        attrs.update(readout_attrs(samples.stats))
     return TrialResult(accuracy=float(work.benchmark.accuracy(samples.scores)), tokens_per_s=speed.tokens_per_s,
-                       attrs=attrs, rows=rows, stability_png=samples.stability_png)
+                       attrs=attrs, rows=rows, picture=samples.picture)

@@ -35,7 +35,7 @@ class Outcome:
     state: State
     values: list[float] | None       # (accuracy, tokens_per_s) when COMPLETE
     attrs: dict[str, Any]            # the trial's user attributes: measurements, or why it did not complete
-    artifacts: list[str]             # files stored with the trial (the stability picture, the per-sample table)
+    artifacts: list[str]             # files stored with the trial (its picture, the per-sample table)
 
 
 def evaluate(work: Any, trial: TrialSpec, output_dir: Path) -> Outcome:
@@ -63,7 +63,7 @@ def evaluate(work: Any, trial: TrialSpec, output_dir: Path) -> Outcome:
                                           "fail_kind": "oom"}, [])
     except Exception as e:  # noqa: BLE001 — any other error of the trial is recorded, the sweep goes on
         return _error(e)
-    artifacts = [p for p in (res.stability_png, str(Path(res.attrs["output_dir"]) / "samples.csv")) if p]
+    artifacts = [p for p in (res.picture, str(Path(res.attrs["output_dir"]) / "samples.csv")) if p]
     return Outcome(State.COMPLETE, [res.accuracy, res.tokens_per_s], res.attrs, artifacts)
 
 

@@ -1,4 +1,4 @@
-"""issues 14, 32: every verdict of the paper report is computed from the data, with its intervals. Each of the 15
+"""issues 14, 32: every verdict of the paper report is computed from the data, with its intervals. Each of the 16
 judges gets a hand-made study where the claim holds ("agrees"), one where it fails ("disagrees"), one whose intervals
 straddle the threshold ("inconclusive") and one the data cannot test ("n/a"); the accuracy checks are inconclusive,
 with the reason, when every configuration sits at the same accuracy within its interval (the embedded model)."""
@@ -223,6 +223,57 @@ def test_table1_speedup():
     assert status(judges.diffusion_speedup, [diff(0.4, 40.0, r_inner=4, speedup=2.0)]) == "n/a"   # no reference
 
 
+def answers(tmp_path: Path, name: str, outputs: list[str]) -> str:
+    """A per-sample table: problem i answered outputs[i]."""
+    path = tmp_path / f"{name}.parquet"
+    pl.DataFrame({"problem_id": [str(i) for i in range(len(outputs))], "output": outputs}).write_parquet(path)
+    return str(path)
+
+
+def test_diffusion_against_loopspec(tmp_path):
+    """The diffusion defaults against LoopSpec (r=32, r_draft=4): the ratio of their paired speed-ups > 1, their
+    accuracy within 1 point, and LoopSpec's answers static AR r=32's (lossless)."""
+    same = answers(tmp_path, "ref", ["4", "7", "9"])
+    ref = static(32, 0.50, 20.0, kv_cache="shared", init_scale=0.0, speedup=1.0, half=0.002, samples_path=same)
+
+    def spec(speedup: float, acc: float = 0.50, outputs: str | None = same, **kw) -> dict:
+        return measured("loopspec", acc, 40.0, r=32, r_draft=4, kv_cache="per_step", init_scale=0.0, speedup=speedup,
+                        half=0.002, samples_path=outputs, **kw)
+
+    def defaults(speedup: float, acc: float = 0.495, **kw) -> dict:
+        return diff(acc, 90.0, **{"r_inner": 4, "beta": 0.0, **kw}, speedup=speedup, half=0.002)
+
+    v = verdict(judges.diffusion_vs_loopspec, [ref, spec(2.0), defaults(4.0)])
+    assert v.status == "agrees", v.evidence
+    # 4.0 / 2.0 with ±2% on each: MOVER on the logarithms, exp(±√2·ln 1.02) → [1.94, 2.06]
+    assert "run 2.00x [1.94, 2.06] LoopSpec's speed" in v.checks[0].text
+    assert "-0.5 [" in v.checks[1].text and "all 3 problems" in v.checks[2].text
+    # slower than LoopSpec, or less accurate beyond the intervals: disagrees; a ratio straddling 1: inconclusive
+    assert [c.passed for c in verdict(judges.diffusion_vs_loopspec, [ref, spec(2.0), defaults(1.5)]).checks] == \
+        [False, True, True]
+    v = verdict(judges.diffusion_vs_loopspec, [ref, spec(2.0, sp_spread=0.2), defaults(2.1, sp_spread=0.2)])
+    assert v.status == "inconclusive" and v.checks[0].passed is None
+    assert verdict(judges.diffusion_vs_loopspec, [ref, spec(2.0), defaults(4.0, acc=0.40)]).checks[1].passed is False
+    # a diffusion trial at other settings, or a LoopSpec with a second readout, is not the comparison's
+    rows = [ref, spec(2.0, r_draft2=16), defaults(4.0, r_inner=2)]
+    assert verdict(judges.diffusion_vs_loopspec, rows).status == "n/a"
+
+    # LoopSpec answering otherwise than static AR r=32 (sampled, or another cache): judged by its accuracy, ±1 point
+    other = answers(tmp_path, "other", ["4", "8", "9"])
+    v = verdict(judges.diffusion_vs_loopspec, [ref, spec(2.0, outputs=other), defaults(4.0)])
+    assert v.checks[2].passed is True and "differ from static AR (r=32)'s on 1 of 3 problems" in v.checks[2].text
+    v = verdict(judges.diffusion_vs_loopspec, [ref, spec(2.0, acc=0.45, outputs=other), defaults(4.0, acc=0.45)])
+    assert v.checks[2].passed is False and "-5.0 [" in v.checks[2].text
+    v = verdict(judges.diffusion_vs_loopspec, [{**ref, "accuracy_low": 0.3, "accuracy_high": 0.7},
+                                               spec(2.0, outputs=None), defaults(4.0)])
+    assert v.checks[2].passed is None and "no per-sample tables" in v.checks[2].text
+    assert status(judges.diffusion_vs_loopspec, [ref, spec(2.0)]) == "n/a"          # no diffusion defaults
+    # recorded before paired timing: no verdict on speed
+    v = verdict(judges.diffusion_vs_loopspec, [static(32, 0.5, 20.0, half=0.002), spec(2.0) | {"speedup": None},
+                                               defaults(4.0) | {"speedup": None}])
+    assert v.checks[0].passed is None and "speed-up unknown" in v.checks[0].text
+
+
 # ----------------------------------------------------------------------------------------- trace claims
 def write_trace(path: Path, tokens: np.ndarray, frozen: list[int], prompt_len: int,
                 delta: np.ndarray | None = None) -> str:
@@ -321,6 +372,7 @@ EXPECTED_CLAIMS = [
     ("latent_change", "pareto_r_inner_beta", "delta_shrinks"),
     ("qualitative_examples", "pareto_r_inner_beta", "small_r_inner_stalls"),
     ("table1", "table1", "diffusion_speedup"),
+    ("pareto", "table1", "diffusion_vs_loopspec"),
 ]
 
 

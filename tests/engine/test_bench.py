@@ -8,9 +8,10 @@ import torch
 
 from recdiff import generate
 from recdiff.config import RecurrentConfig
+from recdiff.engine.runner import Runner
 from recdiff.model import RecurrentDepthModel
 from recdiff.tools.bench import SHAPES, build, main
-from recdiff.tools.bounds import model_calls, read_bytes, recurrence_matrices, result_bytes
+from recdiff.tools.bounds import model_calls, read_bytes, recurrence_matrices, result_bytes, weight_bytes
 
 
 def test_floor_multiplies_exactly_one_recurrences_weights():
@@ -25,6 +26,18 @@ def test_floor_multiplies_exactly_one_recurrences_weights():
     want = torch.cat([torch.cat([x[w.shape[1]] @ w.T for w in own if w.shape[1] == width], 1)
                       for width in dict.fromkeys(w.shape[1] for w in own)], 1)
     torch.testing.assert_close(got, want)
+
+
+def test_bench_prints_loopspecs_rows_and_their_ratio(capsys):
+    main(["--models", "embedded", "--samplers", "static r=32,loopspec K=4,loopspec K=4 X=2", "--prompts", "1",
+          "--max-new-tokens", "4", "--modes", "batch-1 eager", "--repeats", "2"])
+    out = capsys.readouterr().out
+    rows = {line[:24].strip(): line.split() for line in out.splitlines() if line.startswith("loopspec K=4")}
+    assert set(rows) == {"loopspec K=4", "loopspec K=4 X=2"}
+    # every committed token went through all r=32 recurrences in some lane (and dropped lanes cost more): ≥ 32 per token
+    assert all(float(r[-2]) >= 32 for r in rows.values())
+    assert "ratio loopspec K=4 / static r=32 — batch-1 eager:" in out
+    assert "ratio loopspec K=4 X=2 / static r=32 — batch-1 eager:" in out
 
 
 def test_bench_prints_rates_costs_ratios_and_the_step_profile(capsys):
@@ -86,6 +99,40 @@ def test_bytes_a_run_must_read_by_hand():
     assert model_calls("diffusion", {"steps": 7}, {}) == 8
     assert model_calls("speculative", {"rounds": 3}, {"lookahead": 4}) == 1 + 3 * 5
     assert model_calls("adaptive", {"steps": 5}, {}) == 5
+
+
+def test_loopspec_reads_the_cores_weights_once_per_core_call_for_all_lanes():
+    """r=8, r_draft=2, 6 cycles: 7 calls read C; R is read 8 times in the prefill and twice per cycle, however many
+    lanes a cycle runs; P in the prefill and in the cycles that start a lane, all but the last r/K − 1 = 3."""
+    rb = read_bytes(tiny_model())
+    stats = {"steps": 6, "core_passes": 8 + 2 * 19}   # 19 lane·cycles: the lanes' recurrences are not weight reads
+    params = {"r": 8, "r_draft": 2}
+    assert model_calls("loopspec", stats, params) == 7
+    assert weight_bytes(rb, "loopspec", stats, params) == (4 * 688 + 7 * 952 + 20 * 816) * 4
+    # the K/V every lane's recurrence reads: 7 calls' P and C passes, 46 recurrences, at 3 + 4/2 positions
+    res = type("R", (), {"stats": stats, "tokens": [0] * 4})()
+    assert result_bytes(rb, [res], [3], "loopspec", params) == (4 * 688 + 7 * 952 + 20 * 816) * 4 + \
+        (7 * 2 + 46) * 5 * 64
+
+
+def test_loopspec_bytes_are_a_lower_bound_of_what_its_calls_read(monkeypatch):
+    """Counted on a real run: P, C and R weight reads by the runner's calls (prefill included) are never fewer than
+    the bound counts, R's exactly as many."""
+    model, reads = tiny_model(), {"P": 1, "C": 0, "R": 8}        # the prefill's P and its r=8 recurrences
+    calls = {"lane_embed": ("P", lambda a, kw: 1), "lane_decode": ("C", lambda a, kw: 1),
+             "decode": ("C", lambda a, kw: 1), "lane_cores": ("R", lambda a, kw: a[-1])}
+    for name, (part, n) in calls.items():
+        def counted(self, *a, _orig=getattr(Runner, name), _part=part, _n=n, **kw):
+            reads[_part] += _n(a, kw)
+            return _orig(self, *a, **kw)
+        monkeypatch.setattr(Runner, name, counted)
+    params = {"r": 8, "r_draft": 2, "r_draft2": 4}
+    res = generate(model, [1, 2, 3], "loopspec", max_new_tokens=12, stop_token_ids=[], **params)
+    assert res.stats["steps"] > 0 and res.stats["peak_lanes"] > 1
+    rb = read_bytes(model)
+    read = reads["P"] * rb.prelude + reads["C"] * rb.coda + reads["R"] * rb.core
+    assert weight_bytes(rb, "loopspec", res.stats, params) <= read
+    assert reads["R"] == 8 + 2 * res.stats["steps"]
 
 
 def test_huginn_reads_the_issues_bytes_per_token_and_step():

@@ -106,6 +106,37 @@ def test_command_line_scores_known_answers(tmp_path):
         assert line["tokens_per_s"] == pytest.approx(line["new_tokens"] / line["time_s"])
 
 
+@pytest.mark.slow
+def test_loopspec_answers_as_static_ar_at_r32(tmp_path):
+    """``sampler=loopspec,r_draft=4,r_draft2=null`` through lm-eval's command line: under greedy decoding every answer
+    is static AR r=32's (per-step caches), decoded here with ``recdiff.generate``."""
+    from recdiff.tokenizer import encode_prompt
+
+    model = recdiff.load_model(ARITH_MODEL)
+    questions = [p.question for p in generate_split("test", 8)]
+    static = dict(sampler="static", r=32, kv_cache="per_step")
+    prompts = [encode_prompt(model.tokenizer, f"Q: {q}\nA:") for q in questions]
+    results = recdiff.generate(model, prompts, max_new_tokens=[min(256, 255 - len(p)) for p in prompts],
+                               stop_strings=UNTIL, batch_size=8, **static)
+    cut = [model.tokenizer.decode(r.tokens, skip_special_tokens=True) for r in results]
+    expected = [t[:min([t.find(s) for s in UNTIL + [model.tokenizer.eos_token] if s in t], default=len(t))]
+                for t in cut]
+    data = write_jsonl(tmp_path / "gsm8k.jsonl", [{"question": q, "answer": "#### 1"} for q in questions])
+    gsm8k_cot_local(tmp_path, data)
+    args = f"pretrained={ARITH_MODEL},sampler=loopspec,r_draft=4,r_draft2=null,batch_size=8,stats_file={tmp_path}/s"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "recdiff.lm_eval", "--model", "recdiff", "--model_args", args,
+                           "--tasks", "gsm8k_cot_local", "--include_path", str(tmp_path), "--log_samples",
+                           "--output_path", str(tmp_path / "out")], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    samples = [json.loads(line) for line in next((tmp_path / "out").rglob("samples_*.jsonl")).read_text().splitlines()]
+    got = {s["doc_id"]: s["resps"][0][0] for s in samples}   # one record per document and filter
+    assert [got[i] for i in range(len(questions))] == expected
+    lines = [json.loads(line) for line in (tmp_path / "s").read_text().splitlines()]
+    assert {line["sampler"] for line in lines} == {"loopspec"} and all(line["steps"] > 0 for line in lines)
+
+
 # ------------------------------------------------------------------------------------------- log-likelihoods
 
 
@@ -203,6 +234,9 @@ def test_an_unknown_task_is_one_line(capsys):
     ({"sampler": "diffusion", "epsilon": "small"}, "lm-eval model_args: diffusion sampler: epsilon='small' must be"),
     ({"sampler": "static", "r_inner": 4}, "lm-eval model_args: unknown parameter 'r_inner' for sampler 'static'"),
     ({"batch_size": "many"}, "lm-eval model_args: batch_size='many' must be an integer >= 1 or auto"),
+    ({"sampler": "loopspec", "r_draft": 3}, "lm-eval model_args: loopspec sampler: r_draft=3 must divide r=32"),
+    ({"sampler": "loopspec", "r_draft2": "nul"}, "lm-eval model_args: loopspec sampler: r_draft2='nul' must be null"),
+    ({"sampler": "loopspec", "kv_cache": "shared"}, "lm-eval model_args: loopspec sampler: kv_cache='shared' must be"),
 ])
 def test_a_sampler_parameter_of_the_wrong_type_is_one_line(args, message):
     from recdiff.lm_eval import RecdiffLM
@@ -211,6 +245,15 @@ def test_a_sampler_parameter_of_the_wrong_type_is_one_line(args, message):
     with pytest.raises(RecdiffError, match=re.escape(message)) as err:
         RecdiffLM.create_from_arg_obj({"pretrained": str(ARITH_MODEL), **args}, {"batch_size": 1, "device": "cuda:0"})
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("unset", ["null", "none", "None"])
+def test_an_unset_parameter_reads_as_null_or_none(unset):
+    from recdiff.lm_eval import RecdiffLM
+
+    lm = RecdiffLM.create_from_arg_string(f"pretrained={ARITH_MODEL},sampler=loopspec,r_draft=4,r_draft2={unset}")
+    assert lm.params == {"r": 32, "r_draft": 4, "r_draft2": None, "init_scale": 0.0, "kv_cache": "per_step"}
+    assert lm.given == {"r_draft": 4, "r_draft2": None} and lm.r == 32   # scored at LoopSpec's full depth
 
 
 def test_generation_arguments_recdiff_cannot_honour_are_one_line():

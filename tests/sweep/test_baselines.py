@@ -19,7 +19,7 @@ ARGS = ["model=fixture", "benchmark=arith", "benchmark.limit=2", "run.max_new_to
 TIMING = ("tokens_per_s_lo", "tokens_per_s_hi", "speedup", "speedup_lo", "speedup_hi", "reference_tokens_per_s",
           "timing_rounds", "threads")
 EXPECTED = Counter({("static", 32): 1, ("static", 4): 1, ("static", 8): 1, ("adaptive", 32): 1,
-                    ("speculative", 32): 1})
+                    ("speculative", 32): 1, ("loopspec", 32): 1})
 
 
 def _table(text: str) -> dict[int, str]:
@@ -45,9 +45,15 @@ def test_baselines_are_recorded_once_reused_and_tabulated(tmp_path):
     base = [t for t in done if t.user_attrs.get("baseline")]
     assert Counter((t.params["sampler"], t.params["r"]) for t in base) == EXPECTED
     assert sorted(t.params["r_inner"] for t in done if not t.user_attrs.get("baseline")) == [1, 2]
-    assert len({t.user_attrs["config_hash"] for t in done}) == len(done) == 7          # nothing recorded twice
-    assert all(t.params.get("kv_cache") == "shared" and t.params.get("init_scale") == 0.0 for t in base)
-    assert len(_table(first.stdout)) == 7
+    assert len({t.user_attrs["config_hash"] for t in done}) == len(done) == 8          # nothing recorded twice
+    # every baseline at its sampler's defaults: one K/V per position shared by the recurrences, but LoopSpec's, whose
+    # every depth reads its own (per_step only)
+    assert all(t.params.get("kv_cache") == ("per_step" if t.params["sampler"] == "loopspec" else "shared")
+               and t.params.get("init_scale") == 0.0 for t in base)
+    (spec,) = [t for t in base if t.params["sampler"] == "loopspec"]
+    assert spec.params["r_draft"] == 4 and "r_draft2" not in spec.params
+    assert spec.user_attrs["q1_acceptance"] is not None and spec.user_attrs["peak_lanes"] >= 2
+    assert len(_table(first.stdout)) == 8
     assert "speed-up vs Static AR (r=32) [95% CI]" in first.stdout
 
     # every COMPLETE trial carries the paired timing (issue 32): its interval around tokens/s, the speed-up against
@@ -68,7 +74,7 @@ def test_baselines_are_recorded_once_reused_and_tabulated(tmp_path):
     assert "baseline " not in second.stdout + second.stderr
     study = load(str(tmp_path / "journal.log"), "baselines")
     done = study.get_trials(states=(TrialState.COMPLETE,))
-    assert len(done) == 8 and sum(bool(t.user_attrs.get("baseline")) for t in done) == 5
+    assert len(done) == 9 and sum(bool(t.user_attrs.get("baseline")) for t in done) == 6
     assert not (tmp_path / "two" / "baselines").exists()
 
     # the closing table: one row per trial, speed-up and accuracy change computed from the recorded values

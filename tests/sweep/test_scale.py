@@ -72,7 +72,7 @@ def test_killed_joblib_workers_the_same_command_again_finishes_the_grid(tmp_path
 @requires_fixture
 def test_eight_workers_run_sixteen_configurations_exactly_once(tmp_path):
     """Eight joblib workers start together on one journal: sixteen grid configurations (static r=1..16) and the
-    baselines every job owes, two of which (static r=4, r=8) are grid configurations too: nineteen configurations,
+    baselines every job owes, two of which (static r=4, r=8) are grid configurations too: twenty configurations,
     most wanted by several workers at once. Each is claimed before a model loads: every one COMPLETE once, none
     measured twice."""
     run_sweep(["-m", *JOBLIB, "hydra.launcher.n_jobs=8", "sampler=static",
@@ -81,7 +81,7 @@ def test_eight_workers_run_sixteen_configurations_exactly_once(tmp_path):
               timeout=600)
     done = exactly_once(load(str(tmp_path / "journal.log"), "many"))
     assert sorted((t.params["sampler"], t.params["r"]) for t in done.values()) == sorted(
-        [("static", r) for r in [*range(1, 17), 32]] + [("adaptive", 32), ("speculative", 32)])
+        [("static", r) for r in [*range(1, 17), 32]] + [("adaptive", 32), ("speculative", 32), ("loopspec", 32)])
     assert measured(tmp_path / "sweep") == Counter(done.keys())         # each measured by exactly one worker
 
 

@@ -1,0 +1,31 @@
+"""Every combination a grid recipe of sweeps/ sweeps is one its sampler accepts: a grid is a product of the swept
+values, and a combination the sampler's rules refuse would only be recorded PRUNED (``sweeps/loopspec.yaml`` pairs
+its readout depths so that none is)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import yaml
+
+from analysis.paper import SWEEPS, Recipe
+from tests.sweep.conftest import compose_plan
+
+GRIDS = [r for r in (Recipe.load(p) for p in sorted(SWEEPS.glob("*.yaml"))) if not r.search]
+
+
+@pytest.mark.parametrize("recipe", GRIDS, ids=lambda r: r.name)
+def test_every_swept_combination_passes_the_samplers_rules(recipe):
+    plan = compose_plan([f"sweeps={recipe.name}", "model=embedded", "benchmark=compose"])
+    keys = [k for k in recipe.params if k.startswith("sampler.")]
+    for values in itertools.product(*(recipe.params[k] for k in keys)):
+        settings = {k.split(".", 1)[1]: yaml.safe_load(v) for k, v in zip(keys, values)}
+        assert plan.with_sampler(**settings).sampler.complaint() is None, (recipe.name, settings)
+
+
+def test_the_loopspec_recipe_sweeps_both_readout_depths_at_full_depth_32():
+    (recipe,) = [r for r in GRIDS if r.name == "loopspec"]
+    plan = compose_plan(["sweeps=loopspec", "model=embedded", "benchmark=compose"])
+    assert recipe.sampler == plan.sampler.name == "loopspec" and plan.sampler.r == 32
+    assert recipe.params == {"sampler.r_draft": ["1", "2", "4", "8"], "sampler.r_draft2": ["null", "16"]}
