@@ -51,8 +51,9 @@ VOLATILE_KEYS = ("study", "worker", "run.progress", "run.repeats", "run.referenc
 # match their configuration: run.inject_fault, a test hook that left the schema (tests/sweep/faults.py).
 HASHED_AS_BEFORE = {"run": {"inject_fault": None}}
 # Keys hashed only when set: added after trials were recorded, they are left out at their default so that those trials
-# keep their hash. model.family: a checkpoint's family is recognised unless named.
-HASHED_WHEN_SET = {"model": {"family": None}}
+# keep their hash. model.family: a checkpoint's family is recognised unless named; sampler.exit_threshold and
+# sampler.exit_kv: an exit gate's rule (Ouro), absent from models without a gate.
+HASHED_WHEN_SET = {"model": {"family": None}, "sampler": {"exit_threshold": None, "exit_kv": "mask"}}
 
 
 def config_hash(plan: Config) -> str:

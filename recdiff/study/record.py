@@ -36,7 +36,7 @@ from optuna.trial import FrozenTrial, TrialState
 from recdiff.errors import no_space
 from recdiff.study import claimant
 from recdiff.study import storage as _storage
-from recdiff.study.identity import key, trial_identity
+from recdiff.study.identity import differences, trial_identity
 from recdiff.study.results import write_result
 from recdiff.study.storage import (
     CLAIM_ATTR,
@@ -185,9 +185,9 @@ def claim_asked(study: optuna.Study, trial: optuna.trial.Trial) -> FrozenTrial |
 def reusable(study: optuna.Study, digest: str, identity: Mapping[str, Any]) -> tuple[str, FrozenTrial] | None:
     """(study name, trial): a COMPLETE trial of the same configuration, measured under the same identity, in another
     study of the same storage. The paper's recipes share their common configurations (the baselines, the sampler's
-    defaults) this way instead of computing them once per recipe."""
+    defaults) this way instead of computing them once per recipe. Identities match as within a study: a part unknown
+    on one side (a device's name, before identities held it) is no difference."""
     storage = storage_of(study)
-    ours = key(identity)
     for other in storage.get_all_studies():
         if other.study_name == study.study_name:
             continue
@@ -196,7 +196,7 @@ def reusable(study: optuna.Study, digest: str, identity: Mapping[str, Any]) -> t
             if t.user_attrs.get("config_hash") != digest or "reused_from" in t.user_attrs:
                 continue
             theirs = trial_identity(t.user_attrs)
-            if theirs is not None and key(theirs) == ours:
+            if theirs is not None and not differences(theirs, identity):
                 return other.study_name, t
     return None
 

@@ -6,6 +6,7 @@ import torch
 
 from recdiff import generate
 from recdiff.cache import SlotKV, make_call
+from recdiff.engine.pool import cache_length, call_length
 from tests.conftest import RAVEN_TINY
 from tests.spread import assert_within_spread, reference_spread
 
@@ -66,9 +67,14 @@ def test_shared_cache_uses_r_times_less_core_memory(load_fixture_model):
         assert per_step.nbytes() == per_layer * (n_fixed + r * cfg.n_layers_in_recurrent_block)
         core_shared = shared.nbytes() - per_layer * n_fixed
         assert per_step.nbytes() - per_layer * n_fixed == r * core_shared
+    # a decode reports its cache's bytes: per-step caches are sized to the call, shared ones to the block
     res = generate(model, PROMPT, "static", max_new_tokens=4, r=8, kv_cache="per_step")
     res2 = generate(model, PROMPT, "static", max_new_tokens=4, r=8, kv_cache="shared")
-    assert res.stats["kv_cache_bytes"] > res2.stats["kv_cache_bytes"]
+    per_position = 2 * cfg.num_key_value_heads * cfg.head_dim * 4
+    n_fixed = cfg.n_layers_in_prelude + cfg.n_layers_in_coda
+    length = call_length(len(PROMPT) + 4)
+    assert res.stats["kv_cache_bytes"] == per_position * length * (n_fixed + 8 * cfg.n_layers_in_recurrent_block)
+    assert res2.stats["kv_cache_bytes"] == per_position * cache_length(model) * cfg.n_layers
 
 
 def test_rollback_is_a_pointer_move_and_stale_entries_are_never_read(load_fixture_model):

@@ -40,8 +40,10 @@ def test_batch_32_at_the_full_block_fits_80_gb_and_shares_its_cache(name):
         per_layer = 2 * 32 * run.length * cfg.num_key_value_heads * cfg.head_dim * 2
         assert cache == cfg.n_layers * per_layer
         assert weights + cache + state < 80 * GB, f"{name} {sampler}"
-    # per-step caches: r times the core's K/V
-    _, per_step, _, _ = predicted_bytes(model, "static", {"r": 32, "kv_cache": "per_step"}, 1, 512)
+    # per-step caches: r times the core's K/V per position (sized to the call; shared caches to the block)
+    _, per_step, _, step_batch = predicted_bytes(model, "static", {"r": 32, "kv_cache": "per_step"}, 1, 512)
     _, shared, _, batch = predicted_bytes(model, "static", {"r": 32}, 1, 512)
-    core = cfg.n_layers_in_recurrent_block * 2 * batch.runner.length * cfg.num_key_value_heads * cfg.head_dim * 2
-    assert per_step - shared == 31 * core
+    n_core, n_fixed = cfg.n_layers_in_recurrent_block, cfg.n_layers - cfg.n_layers_in_recurrent_block
+    per_position = 2 * cfg.num_key_value_heads * cfg.head_dim * 2
+    assert shared == batch.runner.length * per_position * (n_fixed + n_core)
+    assert per_step == step_batch.runner.length * per_position * (n_fixed + 32 * n_core)
