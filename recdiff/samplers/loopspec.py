@@ -190,6 +190,29 @@ class LoopSpecBatch:
                 self.z[lane.bank] = m.initial_state(self.z[lane.bank][None], self.init_scale,
                                                     self.req[b].generator)[0]
 
+    def capture_graphs(self, shortest: int, longest: int) -> None:
+        """Under CUDA graphs, capture now every cycle graph a call can meet: how many lanes live depends on how often
+        the readouts guess right, which no example prompt fixes, so each power-of-two count of rows up to every
+        slot's lanes, with each key count from the shortest prompt to the rows' end (side places included). Run with
+        every slot free: padding rows only, which write the junk place of cache row 0 and the padding bank, both
+        written before any lane reads them. ``longest``: unused, the rows' end bounds the key counts."""
+        run = self.runner
+        if not run.cuda_graphs:
+            return
+        most = self.slots * self.lanes_per_seq
+        embed = functools.partial(_lane_embed, run)
+        cores = functools.partial(_lane_cores, run, self.schedule.K)
+        decode = functools.partial(_lane_decode, run)
+        for keys in sorted({run.keys(x) for x in range(shortest + 1, run.length + 1)}):
+            for width in sorted({run.width(n, most) for n in range(1, most + 1)}):
+                rows = self._rows([], width, keys, keys - 1)
+                where = rows["pos"], rows["slot"], rows["visible"], rows["rows"]
+                run.graphed(f"loopspec-embed-k{keys}", embed, rows["ids"], *where)
+                z = run.graphed(f"loopspec-cores{self.schedule.K}-k{keys}", cores, self.z[rows["bank"]],
+                                self.e[rows["bank"]], *where, rows["stage"])
+                zeros = torch.zeros(width, dtype=torch.long, device=run.device)
+                run.graphed(f"loopspec-decode-k{keys}", decode, z[zeros], *where, zeros)
+
     # ------------------------------------------------------------------------------------------ decisions
     def _decide(self, out: list[tuple[int, int, Lane]], logits: Tensor) -> None:
         """The readouts' proposals and commits, sequence by sequence, lanes in the order they started (each

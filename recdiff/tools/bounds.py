@@ -48,7 +48,9 @@ def read_bytes(model: RecurrentDepthModel) -> ReadBytes:
     def size(*modules: torch.nn.Module) -> int:
         return sum(p.numel() for m in modules for p in m.parameters()) * item
 
-    return ReadBytes(prelude=size(t.prelude), core=size(t.adapter, t.core_block),
+    # a model without input injection (Ouro) has no adapter; its ln_f runs after every recurrence, read once per call
+    core = [t[k] for k in ("adapter", "core_block") if k in t]
+    return ReadBytes(prelude=size(t.prelude), core=size(*core),
                      coda=size(t.coda, t.ln_f) + model.lm_head.weight.numel() * item,
                      kv=2 * cfg.num_key_value_heads * cfg.head_dim * item,
                      layers=(cfg.n_layers_in_prelude, cfg.n_layers_in_recurrent_block, cfg.n_layers_in_coda))
@@ -119,7 +121,8 @@ def recurrence_matrices(model: RecurrentDepthModel) -> list[torch.Tensor]:
     """One recurrence's weight matrices (the adapter's and the core blocks'), those of one input width stacked."""
     t = model.transformer
     by_width: dict[int, list[torch.Tensor]] = {}
-    for w in [t.adapter.weight] + [p for p in t.core_block.parameters() if p.dim() == 2]:
+    adapter = [t.adapter.weight] if "adapter" in t else []  # none without input injection (Ouro)
+    for w in adapter + [p for p in t.core_block.parameters() if p.dim() == 2]:
         by_width.setdefault(w.shape[1], []).append(w.detach())
     return [torch.cat(ws) for ws in by_width.values()]
 
