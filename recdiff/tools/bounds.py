@@ -72,13 +72,18 @@ def weight_bytes(rb: ReadBytes, sampler: str, stats: dict, params: dict) -> floa
     """The weights one sequence's model calls must read (batch 1): P and C once per call, R once per recurrence.
     LoopSpec's ``core_passes`` count every lane's recurrences, but a cycle's K core calls read R's weights once each
     for all lanes: its prefill reads R ``r`` times and each cycle K times; P for the cycles that start a lane (every
-    one but the last r/K − 1, in which the last token's lanes only run on to r; none of those at an early stop), C for
-    those that read one out (every one)."""
+    one but the last r/K − 1, in which the last token's lanes only run on to r; none of those at an early stop; with a
+    second readout, at least one per committed token), C for those that read one out (every one)."""
     calls = model_calls(sampler, stats, params)
     if sampler != "loopspec":
         return calls * (rb.prelude + rb.coda) + stats["core_passes"] * rb.core
     S, K, cycles = params.get("r", 32), params.get("r_draft", 4), stats["steps"]
-    starts = 1 + max(cycles - (S // K - 1), 0)
+    if params.get("r_draft2"):
+        # with branches a cycle may start no lane on the committed chain; that chain's lanes start in cycles of their
+        # own (each after its parent's first readout): the prefill's P and one per committed token after the first
+        starts = max(stats["new_tokens"], 1)
+    else:
+        starts = 1 + max(cycles - (S // K - 1), 0)
     return starts * rb.prelude + calls * rb.coda + (S + cycles * K) * rb.core
 
 

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import nbformat
 import optuna
+import pytest
 
 from analysis.notebooks import available, render
 from analysis.report import write_report
@@ -13,6 +14,7 @@ EXPECTED_FIGURES = ["pareto", "heatmap", "tradeoff", "tradeoff_r_inner", "tradeo
                     "cache_sharing", "token_stability", "latent_change", "qualitative_examples"]
 
 
+@pytest.mark.slow
 def test_write_report_writes_every_expected_file(study_dir, tmp_path, capsys):
     out = tmp_path / "report"
     paths = write_report(study_dir, out)
@@ -86,6 +88,7 @@ def test_cli(tmp_path, capsys):
     assert err.startswith("error: no such study file or directory") and len(err.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_notebook_executes(study_dir, tmp_path):
     assert {"pareto", "token_stability"} <= set(available())
     path = render("token_stability", study_dir, tmp_path / "nb", extra={"max_traces": 1})

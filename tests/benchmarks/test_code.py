@@ -39,6 +39,7 @@ def test_wrong_completions_fail():
         rows["HumanEval/53"]["prompt"] + "    return x + y\n"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hostile", HOSTILE, ids=[h.name for h in HOSTILE])
 def test_hostile_program_is_contained(hostile):
     if os.geteuid() != 0 and hostile.name in ("write outside the temporary directory", "delete files",

@@ -1,3 +1,5 @@
+import pytest
+
 from recdiff.benchmarks import get_benchmark
 from recdiff.benchmarks.minerva_math import EXEMPLARS, last_boxed, render_plain
 
@@ -57,6 +59,7 @@ HENDRYCKS_ROWS = [  # EleutherAI/hendrycks_math schema; one file for all subject
 ]
 
 
+@pytest.mark.slow
 def test_minerva_loader_subjects_and_scoring(write_jsonl):
     path = str(write_jsonl("minerva.jsonl", HENDRYCKS_ROWS))
     bench = get_benchmark("minerva_math", path=path)

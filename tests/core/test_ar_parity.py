@@ -45,6 +45,7 @@ def test_static_ar_sequences_and_selector_logits(fixture_dir, load_fixture_model
         assert_within_spread(first[0, -1], ref_logits[key][0], spread, key)
 
 
+@pytest.mark.slow
 def test_adaptive_ar_sequences_and_exit_steps(load_fixture_model):
     from tests.conftest import RAVEN_TINY
 
@@ -60,6 +61,7 @@ def test_adaptive_ar_sequences_and_exit_steps(load_fixture_model):
         assert res.stats["core_passes"] == sum(c["compute_steps_per_token"])
 
 
+@pytest.mark.slow
 def test_speculative_sequence(fixture_dir, load_fixture_model):
     model = load_fixture_model(fixture_dir)
     cases = _cases(fixture_dir, "generate_speculative")

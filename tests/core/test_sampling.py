@@ -27,7 +27,7 @@ def test_fixed_freeze_with_r_inner_equal_r_is_static_ar(fixture_dir, load_fixtur
             assert diff.stats["core_passes"] == static.stats["core_passes"]
 
 
-@pytest.mark.parametrize("epsilon", [0.03, 0.01])
+@pytest.mark.parametrize("epsilon", [0.03, pytest.param(0.01, marks=pytest.mark.slow)])
 def test_adaptive_with_wavefront_one_is_adaptive_compute_ar(fixture_dir, load_fixture_model, epsilon):
     model = load_fixture_model(fixture_dir)
     for prompt in _prompts(fixture_dir):
@@ -46,6 +46,7 @@ def _contractive(d):
     return model
 
 
+@pytest.mark.slow
 def test_tiny_epsilon_and_large_wavefront_converge_to_static_ar(fixture_dir):
     model = _contractive(fixture_dir)
     for prompt in _prompts(fixture_dir):
@@ -100,6 +101,7 @@ def test_step_cap_ends_with_a_flag(load_fixture_model):
     assert default.stats["max_steps_reached"] and default.stats["steps"] == 4 * 4 * 2  # 4·N·⌈r/r'⌉
 
 
+@pytest.mark.slow
 def test_headway_wavefront_noise_knobs(load_fixture_model, tmp_path):
     model = load_fixture_model(RAVEN_TINY)
     base = dict(max_new_tokens=12, r=8, r_inner=2, trace=True)

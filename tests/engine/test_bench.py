@@ -4,6 +4,7 @@ every section."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from recdiff import generate
@@ -40,6 +41,7 @@ def test_bench_prints_loopspecs_rows_and_their_ratio(capsys):
     assert "ratio loopspec K=4 X=2 / static r=32 — batch-1 eager:" in out
 
 
+@pytest.mark.slow
 def test_bench_prints_rates_costs_ratios_and_the_step_profile(capsys):
     main(["--models", "embedded", "--samplers", "static r=32,diffusion defaults", "--prompts", "1",
           "--max-new-tokens", "4", "--modes", "batch-1 eager", "--profile"])
@@ -56,6 +58,7 @@ def test_bench_prints_rates_costs_ratios_and_the_step_profile(capsys):
     assert "bookkeeping-free bound, batch-1 eager: static r=32" in out and "% of the bound" in out
 
 
+@pytest.mark.slow
 def test_bench_prints_the_bandwidth_bound_when_asked(capsys):
     main(["--models", "random-small", "--samplers", "static r=8", "--prompts", "1", "--max-new-tokens", "2",
           "--modes", "batch-1 eager", "--bound"])

@@ -75,15 +75,6 @@ def test_no_compilation_after_warm_up_across_many_prompt_lengths(compiled_model,
     assert classes == {False, True}
 
 
-def test_per_step_cache_compiled_gives_the_eager_tokens(compiled_model, small, load_fixture_model):
-    """Under ``kv_cache=per_step`` a compiled recurrence picks its cache plane with a step tensor (one graph for
-    every recurrence index)."""
-    eager = load_fixture_model(small)
-    p = prompts(small)[0]
-    kw = dict(max_new_tokens=6, stop_token_ids=[], kv_cache="per_step", r=3)
-    assert generate(compiled_model, p, "static", **kw).tokens == generate(eager, p, "static", **kw).tokens
-
-
 def test_weights_changed_after_compiling_are_not_served_stale_graphs():
     """Compiled pieces hold copies of the weights (frozen constants): a weight changed in place afterwards must not
     be served by the old graphs. The runners (and with them the programs) are dropped and built anew."""

@@ -5,6 +5,7 @@ by torch's own ops: exact on a CPU); inductor's kernels themselves run on a GPU 
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from recdiff import fused, generate
@@ -13,6 +14,7 @@ from tests.conftest import RAVEN_TINY, need_fixtures
 from tests.matrices import prompts
 
 
+@pytest.mark.slow
 def test_a_fused_model_gives_the_plain_tokens_and_logits(monkeypatch, load_fixture_model):
     monkeypatch.setattr(fused, "BACKEND", "eager")
     monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 64)  # as fused.available sets on CUDA

@@ -60,9 +60,10 @@ def test_graph_replay_with_state_noise_on_cpu(load_fixture_model):
     assert [r.tokens for r in got] == want
 
 
-def test_graph_replay_alone_gives_the_eager_tokens(fixture_dir, load_fixture_model):
+def test_graph_replay_alone_gives_the_eager_tokens(load_fixture_model, fixture_dir=RAVEN_TINY):
     """Every prompt alone through the replayed graphs (a decode loop replays one graph over and over, its input
-    buffers the same tensors with the next positions in them): the eager tokens, for every sampler."""
+    buffers the same tensors with the next positions in them): the eager tokens, for every sampler (on raven_tiny;
+    the families' folders in tests/families/test_samplers.py)."""
     eager = load_fixture_model(fixture_dir)
     graphed = load_model(fixture_dir)
     graphed.engine_options["emulate_graphs"] = True

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import torch
 
 from recdiff import generate, load_model
@@ -129,6 +130,7 @@ DIFFUSION = [
 ]
 
 
+@pytest.mark.slow
 def test_every_diffusion_step_reads_the_host_once(load_fixture_model):
     """One read per step whatever the rule, stop ids, sampling or batch: the shift (and the window's tokens)."""
     model = load_fixture_model(RAVEN_TINY)

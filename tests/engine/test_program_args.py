@@ -48,6 +48,7 @@ def test_the_signature_names_dtype_size_one_dimensions_and_the_row_class():
     assert prepare((torch.zeros(1, 4, 8), ids))[1] == prepare((few, torch.zeros(1, 9, dtype=torch.long)))[1]
 
 
+@pytest.mark.slow
 def test_a_callers_own_signature_serves_prepares_program_and_is_held_to_it():
     """``Runner.run(..., sig=...)`` skips prepare() on the hot path; the suite checks every such call (conftest sets
     CHECK_EVERY = 1), and a caller whose arguments stray from what its signature promised fails in one line."""

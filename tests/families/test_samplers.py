@@ -25,15 +25,17 @@ def d(conv_dir):
     return conv_dir
 
 
-@pytest.mark.parametrize("sampler, params", EVERY_SAMPLER, ids=ids(EVERY_SAMPLER))
+@pytest.mark.parametrize("sampler, params", batching.ROWS, ids=ids(EVERY_SAMPLER))   # the costly rows: slow
 def test_batch_equals_each_prompt_alone(d, load_fixture_model, sampler, params):
-    batching.test_batch_equals_each_prompt_alone(d, load_fixture_model, sampler, params)
+    batching.check_batch_equals_alone(d, load_fixture_model, sampler, params)
 
 
+@pytest.mark.slow
 def test_graph_replay_alone_gives_the_eager_tokens(d, load_fixture_model):
-    graphs.test_graph_replay_alone_gives_the_eager_tokens(d, load_fixture_model)
+    graphs.test_graph_replay_alone_gives_the_eager_tokens(load_fixture_model, d)
 
 
+@pytest.mark.slow
 def test_graph_replay_batched_gives_the_eager_tokens(d, load_fixture_model):
     graphs.test_graph_replay_protocol_on_cpu(load_fixture_model, d)
 

@@ -22,6 +22,7 @@ def ident(*overrides: str, weights: str | None = "w1") -> dict:
     return identity_from_config(compose_plan(list(overrides)).as_dict(), weights=weights, dtype="float32")
 
 
+@pytest.mark.slow
 def test_identity_holds_what_changes_a_measurement_and_nothing_else():
     base = ident()
     assert base["benchmark"]["limit"] == 200 and base["model"] == {

@@ -52,6 +52,7 @@ def _trial(tmp_path, *sampler: str):
     return run_trial(work, plan.trial, tmp_path / "_".join(sampler))
 
 
+@pytest.mark.slow
 @requires_fixture
 def test_a_loopspec_trial_records_its_readouts_and_answers_as_static_ar(tmp_path, monkeypatch):
     seen = []

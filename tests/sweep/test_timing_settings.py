@@ -17,6 +17,7 @@ def ident(*overrides: str) -> dict:
     return identity_from_config(compose_plan(list(overrides)).as_dict(), weights="w", dtype="float32")
 
 
+@pytest.mark.slow
 def test_repeats_do_not_remeasure_a_configuration_and_the_reference_is_the_studys():
     base = compose_plan()
     # more rounds only narrow the intervals: the same configuration, the same identity

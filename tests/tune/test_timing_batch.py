@@ -28,6 +28,7 @@ def test_a_bad_timing_batch_is_one_line():
         compose_plan(["run.timing_batch=0"])
 
 
+@pytest.mark.slow
 @requires_fixture
 def test_each_timed_call_decodes_a_batch_for_both_samplers(tmp_path, monkeypatch):
     from recdiff.trial import prepare, run_trial
