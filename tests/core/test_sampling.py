@@ -27,7 +27,7 @@ def test_fixed_freeze_with_r_inner_equal_r_is_static_ar(fixture_dir, load_fixtur
             assert diff.stats["core_passes"] == static.stats["core_passes"]
 
 
-@pytest.mark.parametrize("epsilon", [0.03, pytest.param(0.01, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("epsilon", [pytest.param(e, marks=pytest.mark.slow) for e in (0.03, 0.01)])
 def test_adaptive_with_wavefront_one_is_adaptive_compute_ar(fixture_dir, load_fixture_model, epsilon):
     model = load_fixture_model(fixture_dir)
     for prompt in _prompts(fixture_dir):

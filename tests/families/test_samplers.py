@@ -25,7 +25,13 @@ def d(conv_dir):
     return conv_dir
 
 
-@pytest.mark.parametrize("sampler, params", batching.ROWS, ids=ids(EVERY_SAMPLER))   # the costly rows: slow
+# the fast tier: static and the fixed-freeze diffusion row per family (raven_tiny's fast rows cover the rest)
+FAST_ROWS = {0, 6}
+ROWS = [pytest.param(s, p, marks=() if i in FAST_ROWS else (pytest.mark.slow,)) for i, (s, p) in
+        enumerate(EVERY_SAMPLER)]
+
+
+@pytest.mark.parametrize("sampler, params", ROWS, ids=ids(EVERY_SAMPLER))
 def test_batch_equals_each_prompt_alone(d, load_fixture_model, sampler, params):
     batching.check_batch_equals_alone(d, load_fixture_model, sampler, params)
 
