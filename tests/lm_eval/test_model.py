@@ -81,11 +81,7 @@ def test_command_line_scores_known_answers(tmp_path):
     stats = tmp_path / "stats.jsonl"
     args = ",".join([f"pretrained={ARITH_MODEL}", *(f"{k}={v}" for k, v in SAMPLER.items()), "batch_size=32",
                      f"stats_file={stats}"])
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "recdiff.lm_eval", "--model", "recdiff", "--model_args", args,
-                           "--tasks", "gsm8k_cot_local", "--include_path", str(tmp_path), "--log_samples",
-                           "--output_path", str(tmp_path / "out")], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = run_gsm8k_local(tmp_path, args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"gsm8k_cot_local\|.*\|flexible-extract\|", proc.stdout), proc.stdout   # lm-eval's table
 
@@ -93,8 +89,7 @@ def test_command_line_scores_known_answers(tmp_path):
     scores = results["results"]["gsm8k_cot_local"]
     assert scores["exact_match,flexible-extract"] == pytest.approx(expected_flexible)
     assert scores["exact_match,strict-match"] == pytest.approx(expected_strict)
-    samples = [json.loads(line) for line in next((tmp_path / "out").rglob("samples_*.jsonl")).read_text().splitlines()]
-    got = {s["doc_id"]: s["resps"][0][0] for s in samples}
+    got = responses(tmp_path)
     assert [got[i] for i in range(20)] == answers
 
     assert results["config"]["recdiff_stats_file"] == str(stats)
@@ -104,6 +99,21 @@ def test_command_line_scores_known_answers(tmp_path):
         assert line["task"] == "gsm8k_cot_local" and line["sampler"] == "diffusion"
         assert line["core_passes"] > 0 and line["steps"] > 0 and line["tokens_per_s"] > 0
         assert line["tokens_per_s"] == pytest.approx(line["new_tokens"] / line["time_s"])
+
+
+def run_gsm8k_local(tmp_path, args: str) -> subprocess.CompletedProcess:
+    """lm-eval's command line on the local GSM8K task written in ``tmp_path``, offline, samples logged to ``out``."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "recdiff.lm_eval", "--model", "recdiff", "--model_args", args,
+                           "--tasks", "gsm8k_cot_local", "--include_path", str(tmp_path), "--log_samples",
+                           "--output_path", str(tmp_path / "out")], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def responses(tmp_path) -> dict[int, str]:
+    """doc_id → the logged response (one record per document and filter)."""
+    samples = [json.loads(line) for line in next((tmp_path / "out").rglob("samples_*.jsonl")).read_text().splitlines()]
+    return {s["doc_id"]: s["resps"][0][0] for s in samples}
 
 
 @pytest.mark.slow
@@ -124,14 +134,9 @@ def test_loopspec_answers_as_static_ar_at_r32(tmp_path):
     data = write_jsonl(tmp_path / "gsm8k.jsonl", [{"question": q, "answer": "#### 1"} for q in questions])
     gsm8k_cot_local(tmp_path, data)
     args = f"pretrained={ARITH_MODEL},sampler=loopspec,r_draft=4,r_draft2=null,batch_size=8,stats_file={tmp_path}/s"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "recdiff.lm_eval", "--model", "recdiff", "--model_args", args,
-                           "--tasks", "gsm8k_cot_local", "--include_path", str(tmp_path), "--log_samples",
-                           "--output_path", str(tmp_path / "out")], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = run_gsm8k_local(tmp_path, args)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    samples = [json.loads(line) for line in next((tmp_path / "out").rglob("samples_*.jsonl")).read_text().splitlines()]
-    got = {s["doc_id"]: s["resps"][0][0] for s in samples}   # one record per document and filter
+    got = responses(tmp_path)
     assert [got[i] for i in range(len(questions))] == expected
     lines = [json.loads(line) for line in (tmp_path / "s").read_text().splitlines()]
     assert {line["sampler"] for line in lines} == {"loopspec"} and all(line["steps"] > 0 for line in lines)
