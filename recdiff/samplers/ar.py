@@ -30,6 +30,7 @@ class ARBatch:
         self.copy_forward = exit_kv == "copy" and kv_cache == "per_step"
         self.slots = opts.slots
         length = call_length(opts.longest) if kv_cache == "per_step" else cache_length(m)
+        self.kv_shape = (length, r)  # what this call asks of the cache (its stats)
         self.runner = get_runner(m, opts.slots, length, kv_cache, max_steps=r)
         dev = self.runner.device
         self.ids = torch.zeros((self.slots, 1), dtype=torch.long, device=dev)
@@ -220,7 +221,7 @@ class ARBatch:
             "new_tokens": len(tokens),
             "steps_per_token": d["steps"],  # entry 0 is the prefill call
             **({"exit_steps": d["exits"]} if self.q is not None else {}),  # the recurrence each token was read at
-            "kv_cache_bytes": self.runner.cache.bytes_per_slot(),
+            "kv_cache_bytes": self.runner.cache.bytes_per_slot(*self.kv_shape),
         }
         return GenerationResult(tokens=tokens, stats=stats, stopped_by=d["stopped_by"])
 

@@ -85,7 +85,8 @@ class DiffusionBatch:
         self.r_freeze = p["r_freeze"] or (self.r if p["freeze"] == "fixed" else None)
         self.window = self.wavefront + self.headway  # window rows: the widest wavefront plus one step's growth
         # padded wavefront rows reach up to `window` positions past the furthest front
-        self.runner = run = get_runner(m, opts.slots, cache_length(m, self.window + 1), "shared")
+        self.kv_shape = (cache_length(m, self.window + 1), 1)  # what this call asks of the cache (its stats)
+        self.runner = run = get_runner(m, opts.slots, self.kv_shape[0], "shared")
         B, S, E, dev = self.slots, run.length, m.config.n_embd, run.device
         self.E, self.dev = E, dev
         self.rule = StepRule(r=self.r, r_inner=self.r_inner, headway=self.headway, eta=p["eta"], beta=p["beta"],
@@ -427,7 +428,7 @@ class DiffusionBatch:
             "frozen_at_step": frozen_at + [-1] * (n_out - L - len(frozen_at)),
             "max_steps_reached": rec.hit_cap,
             "unfrozen_tokens": max(0, n_out - rec.n_frozen),
-            "kv_cache_bytes": self.runner.cache.bytes_per_slot(),
+            "kv_cache_bytes": self.runner.cache.bytes_per_slot(*self.kv_shape),
             "ideal_speedup": (self.r + 1) / (self.r_inner + 1),
         }
         recorder = rec.recorder

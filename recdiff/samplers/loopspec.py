@@ -52,6 +52,7 @@ class LoopSpecBatch:
         base = call_length(opts.longest)
         self.side = list(range(base, base + self.schedule.side_places))
         length = call_length(opts.longest, len(self.side) + 1)
+        self.kv_shape = (length, self.schedule.S)  # what this call asks of the cache (its stats)
         self.runner = get_runner(m, opts.slots, length, "lanes", max_steps=self.schedule.S)
         run = self.runner
         # every lane's state and P output, in a bank row of its own; the last row is padding rows' (graphs, compile)
@@ -300,7 +301,7 @@ class LoopSpecBatch:
             "sequential_per_token": d["cycles"] * self.schedule.K / decoded,
             "peak_lanes": d["peak_lanes"],
             "accepted": d["accepted"],  # per committed token after the first: 1 q1, 2 q2, 0 neither
-            "kv_cache_bytes": self.runner.cache.bytes_per_slot(),
+            "kv_cache_bytes": self.runner.cache.bytes_per_slot(*self.kv_shape),
         }
         return GenerationResult(tokens=tokens, stats=stats, stopped_by=d["stopped_by"])
 

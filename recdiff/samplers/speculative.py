@@ -36,8 +36,8 @@ class SpeculativeBatch:
         # drafting may run up to lookahead positions past the last kept token
         length = (call_length(opts.longest, self.lookahead) if p["kv_cache"] == "per_step"
                   else cache_length(m, self.lookahead))
-        self.runner = get_runner(m, opts.slots, length, p["kv_cache"],
-                                 max_steps=max(self.r, self.r_draft))
+        self.kv_shape = (length, max(self.r, self.r_draft))  # what this call asks of the cache (its stats)
+        self.runner = get_runner(m, opts.slots, length, p["kv_cache"], max_steps=self.kv_shape[1])
         self.req: list[Request | None] = [None] * self.slots
         dev = self.runner.device
         self.last = torch.zeros((self.slots, 1), dtype=torch.long, device=dev)
@@ -158,6 +158,6 @@ class SpeculativeBatch:
             "rounds": len(d["accepted"]),
             "accepted_per_round": d["accepted"],
             "new_tokens": len(tokens),
-            "kv_cache_bytes": self.runner.cache.bytes_per_slot(),
+            "kv_cache_bytes": self.runner.cache.bytes_per_slot(*self.kv_shape),
         }
         return GenerationResult(tokens=tokens, stats=stats, stopped_by=stopped_by)

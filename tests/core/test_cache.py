@@ -77,6 +77,23 @@ def test_shared_cache_uses_r_times_less_core_memory(load_fixture_model):
     assert res2.stats["kv_cache_bytes"] == per_position * cache_length(model) * cfg.n_layers
 
 
+def test_a_decodes_cache_bytes_do_not_depend_on_what_ran_before(load_fixture_model):
+    """A kept runner with more room than a call needs is reused (recdiff.engine.pool); the call still reports the
+    bytes it asked for, so a trial's figure does not change with the order of the process's calls (CI once saw a
+    batch report 3.4x its prompts' bytes alone)."""
+    model = load_fixture_model(RAVEN_TINY)
+    cases = [("static", dict(r=8, kv_cache="per_step")), ("loopspec", dict(r=8, r_draft=2)),
+             ("speculative", dict(r=8, r_draft=2, kv_cache="per_step")), ("diffusion", dict(r_inner=2))]
+    for name, kw in cases:
+        model.__dict__.pop("_runners", None)
+        fresh = generate(model, PROMPT, name, max_new_tokens=4, **kw).stats["kv_cache_bytes"]
+        model.__dict__.pop("_runners", None)
+        deeper = {**kw, "r": 16} if "r" in kw else {**kw, "r_inner": 4}
+        generate(model, (PROMPT * 40)[:200], name, max_new_tokens=4, **deeper)  # leaves a roomier runner behind
+        after = generate(model, PROMPT, name, max_new_tokens=4, **kw).stats["kv_cache_bytes"]
+        assert after == fresh, (name, fresh, after)
+
+
 def test_rollback_is_a_pointer_move_and_stale_entries_are_never_read(load_fixture_model):
     """Write garbage beyond the current position, then decode: results unchanged (speculative rollback and the
     diffusion wavefront rely on it), and nothing is reallocated."""
