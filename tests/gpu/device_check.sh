@@ -6,7 +6,7 @@
 # 590 s: one call; cpu-tests, the CPU compile tests on the machine's torch, needs more than a call has left and is asked
 # for by name); GPU_TESTS_S, BENCH_S, BENCH_PLAIN_S, BENCH_REST_S, PROFILE_S and CPU_TESTS_S override their limits,
 # BENCH_SAMPLERS the bench step's rows; bench-ouro (asked for by name, BENCH_OURO_S) benches Ouro-1.4B's shapes. Measured on an
-# H200 (docs/gpu.md): gpu-tests 193 s, bench 130+ s, bench-rest 36 s, profile 36 s.
+# H200 (docs/gpu.md, 2026-11-28): gpu-tests 255 s, bench 123 s (with LoopSpec), bench-rest 58 s, bench-ouro 180 s.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}.
 OUT=${OUT:-/tmp/recdiff-device}; mkdir -p "$OUT"
@@ -42,7 +42,7 @@ step bench && run bench ${BENCH_S:-150} python3 -m recdiff.bench --models huginn
 step bench-families && run bench-families ${BENCH_FAMILIES_S:-90} python3 -m recdiff.bench --models tinyllama,llama-3.2,olmo-2 \
   --device cuda --prompts 3 --max-new-tokens 32 --samplers "static r=32,diffusion fixed r'=4,diffusion defaults"
 # Ouro-1.4B's shapes (no input injection, an exit gate; random bf16 weights): static and LoopSpec at r=32
-step bench-ouro && run bench-ouro ${BENCH_OURO_S:-60} python3 -m recdiff.bench --models ouro-1.4b --device cuda \
+step bench-ouro && run bench-ouro ${BENCH_OURO_S:-200} python3 -m recdiff.bench --models ouro-1.4b --device cuda \
   --prompts 3 --max-new-tokens 32 --samplers "static r=32,loopspec K=4"
 # the same two bound rows with each layer's elementwise work unfused (recdiff/fused.py off): the fusion's effect
 step bench-plain && RECDIFF_FUSE=0 run bench-plain ${BENCH_PLAIN_S:-90} python3 -m recdiff.bench --models huginn \
