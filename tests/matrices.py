@@ -41,6 +41,15 @@ EVERY_SAMPLER = [
 # Python wrapper, no GEMM autotuning, weights as graph inputs (tests/engine/test_compile.py says why)
 QUICK = {"cpp_wrapper": False, "max_autotune": False, "freezing": False}
 
+
+def quick_compile(model):
+    """``model`` set to compile as the compile tests do: :data:`QUICK` inductor settings, and chunks of two
+    recurrences per compiled call instead of the engine's four (``engine_options["chunk"]``: the same piece, a loop
+    over its recurrences, in 60% of the compile time; test_compile_shipped.py keeps the shipped four)."""
+    model.engine_options["inductor"] = QUICK
+    model.engine_options["chunk"] = 2
+    return model
+
 # new tokens per prompt of batch_prompts(): sequences that end at different steps of one batch
 LIMITS = [16, 9, 20, 5, 12, 1, 14]
 

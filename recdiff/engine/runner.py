@@ -107,7 +107,9 @@ class Runner:
         self._row_grids: dict[int, Tensor] = {}
         self.key_range = torch.arange(length, device=p.device)
         self.write_all = torch.ones(slots, dtype=torch.bool, device=p.device)
-        self.chunk = CHUNK if self.compiled else 1  # recurrences per call between adaptive-exit checks
+        # recurrences per compiled call where nothing is decided between them (and between adaptive-exit checks);
+        # engine_options["chunk"] overrides CHUNK (the compile tests: a graph of two compiles in 60% of four's time)
+        self.chunk = int(model.engine_options.get("chunk", CHUNK)) if self.compiled else 1
         self._call_memo: tuple | None = None  # the pieces' last freqs and mask (recdiff.engine.pieces._call)
 
     # ------------------------------------------------------------------------------------------ dispatch
@@ -216,13 +218,13 @@ class Runner:
     def cores(self, z: Tensor, e: Tensor, pos: Tensor, keys: int, n: int, rows: Tensor | None = None,
               write: Tensor | None = None, step0: int = 0) -> Tensor:
         """``n`` recurrences (the first is recurrence ``step0`` of these positions) with no decision between them:
-        compiled, in calls of ``CHUNK`` (and single ones for the rest). A prefill of some rows (``rows``) runs single
+        compiled, in calls of ``self.chunk`` (single ones for the rest). A prefill of some rows (``rows``) runs single
         recurrences: its graphs are compiled for admissions alone, and a chunk of four compiles four times longer."""
         pos_keys_write, rows_arg = self._tail(pos, keys, write, rows)
         per_step = self.per_step
         k = 0
         while k < n:
-            m = CHUNK if self.compiled and n - k >= CHUNK and rows is None else 1
+            m = self.chunk if n - k >= self.chunk and rows is None else 1
             args = (z, e, *pos_keys_write, *self._step_arg(step0 + k), *rows_arg)
             z = self.run(f"core{m}-{per_step}-{len(rows_arg)}", core_piece(m, per_step), args)[0]
             k += m
@@ -262,10 +264,10 @@ class Runner:
 
     def lane_cores(self, z: Tensor, e: Tensor, pos: Tensor, slot: Tensor, visible: Tensor, rows: Tensor,
                    plane: Tensor, n: int) -> Tensor:
-        """``n`` recurrences, each row from its own ``plane`` on; compiled in calls of ``CHUNK``."""
+        """``n`` recurrences, each row from its own ``plane`` on; compiled in calls of ``self.chunk``."""
         k = 0
         while k < n:
-            m = (CHUNK if n - k >= CHUNK else 1) if self.compiled else n - k
+            m = (self.chunk if n - k >= self.chunk else 1) if self.compiled else n - k
             z = self.run(f"lane-core{m}", lane_core_piece(m), (z, e, pos, slot, visible, rows, plane + k))[0]
             k += m
         return z

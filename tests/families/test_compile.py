@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from recdiff import generate, load_model
-from tests.matrices import ONE_PER_SAMPLER, QUICK, prompts, shallow
+from tests.matrices import ONE_PER_SAMPLER, prompts, quick_compile, shallow
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +24,7 @@ def test_compiled_gives_the_eager_tokens(conv_dir, tmp_path):
     small = shallow(conv_dir, tmp_path / conv_dir.name)
     eager = load_model(small)
     compiled = load_model(small, compile=True)
-    compiled.engine_options["inductor"] = QUICK
+    quick_compile(compiled)
     ps = prompts(small)
     for sampler, params in FAMILY_GRAPHS:
         want = [generate(eager, p, sampler, max_new_tokens=10, stop_token_ids=[], **params).tokens for p in ps]

@@ -199,12 +199,12 @@ def test_graph_replay_and_compiled_decoding_give_the_eager_tokens(tmp_path):
     """The CUDA-graph path emulated on a CPU for every sampler, and the CPU compile path (quick inductor settings)
     for what only Ouro compiles: the injection-free recurrence with the gate's readout, and the gate's exit piece
     (the lane and draft pieces are compiled on Huginn's layout in tests/engine/test_compile.py)."""
-    from tests.matrices import QUICK
+    from tests.matrices import quick_compile
 
     d = OURO_DIRS[0]
     eager, graphs, compiled = load_model(d), load_model(d), load_model(d, compile=True)
     graphs.engine_options = {**graphs.engine_options, "emulate_graphs": True}
-    compiled.engine_options["inductor"] = QUICK
+    quick_compile(compiled)
     prompts = _batch_prompts(d)
     for sampler, params in OURO_SAMPLERS:
         kw = dict(max_new_tokens=6, kv_cache="per_step", stop_token_ids=[], **params)

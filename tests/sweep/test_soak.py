@@ -31,6 +31,7 @@ def test_a_soak_of_four_workers_ends_with_every_configuration_complete_exactly_o
     proc = subprocess.run(
         [sys.executable, "-m", "recdiff.tools.soak", "--workers", "4", "--storage", postgres.url, "--restart-cmd",
          restart, "--restarts", "1", "--kills", "2", "--pauses", "1", "--seed", "45", "--window", "20",
+         "--grid", "sampler.r_inner=1,2,4,8", "sampler.beta=0,0.4",   # half the default grid: the same faults land
          "--grace-s", "10", "--heartbeat-s", "1", "--out", str(tmp_path / "soak")],
         cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=4 * BUDGET_S)
     report = json.loads((tmp_path / "soak" / "soak.json").read_text())
@@ -43,14 +44,14 @@ def test_a_soak_of_four_workers_ends_with_every_configuration_complete_exactly_o
     study = load(postgres.url, report["study"])
     done = exactly_once(study)                                   # nothing RUNNING or WAITING, no configuration twice
     grid = {(float(p["r_inner"]), float(p["beta"])) for p in grid_points([("r_inner", ["1", "2", "4", "8"]),
-                                                                           ("beta", ["0", "0.2", "0.4", "0.6"])])}
+                                                                           ("beta", ["0", "0.4"])])}
     assert {(float(t.params["r_inner"]), float(t.params["beta"])) for t in done.values()} == grid
     taken = [t for t in study.get_trials() if t.user_attrs.get("fail_kind") == "worker_died"]
     assert taken                                                 # the paused worker's claim, at least
     for t in taken:                                              # and nothing of a late result on any of them
         assert t.state == TrialState.FAIL and t.values is None and not set(MEASURED) & set(t.user_attrs)
     table = (tmp_path / "soak" / "verdict.txt").read_text()
-    assert table.count("COMPLETE once") == 16 and "verdict: PASS" in table
+    assert table.count("COMPLETE once") == 8 and "verdict: PASS" in table
 
 
 def test_the_soak_refuses_a_pause_that_does_not_outlast_the_grace_period(tmp_path):
