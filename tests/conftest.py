@@ -55,6 +55,12 @@ def fixture_dir(request: pytest.FixtureRequest) -> Path:
     return request.param
 
 
+# the fixtures record each case for two prompts: the fast tier checks every case on the first, the full suite on both
+@pytest.fixture(params=["prompt_0", pytest.param("prompt_1", marks=pytest.mark.slow)], scope="session")
+def fixture_prompt(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
 def need_fixtures(d: Path = RAVEN_TINY) -> Path:
     """``d``, or a skip with one reason for every test that needs the shared fixtures when they are absent."""
     if not (d / "config.json").is_file():

@@ -37,10 +37,10 @@ def _diffusion_cases(d):
             if c["case"].startswith("diffusion") and "reference_raises" not in c]
 
 
-def test_every_diffusion_case_matches(fixture_dir, load_fixture_model):
+def test_every_diffusion_case_matches(fixture_dir, fixture_prompt, load_fixture_model):
     model = load_fixture_model(fixture_dir)
     tablets = load_file(fixture_dir / "diffusion_tablets.safetensors")
-    cases = _diffusion_cases(fixture_dir)
+    cases = [(p, c) for p, c in _diffusion_cases(fixture_dir) if c["prompt"] == fixture_prompt]
     assert cases
     for prompt, c in cases:
         kw, ss, L = c["call_kwargs"], c["summary_scores"], len(prompt)
