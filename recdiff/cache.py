@@ -165,16 +165,14 @@ class SlotKV:
     def nbytes(self) -> int:
         return sum(t.nbytes for t in self.k + self.v)
 
-    def bytes_per_slot(self, length: int | None = None, max_steps: int | None = None) -> int:
-        """K/V bytes of one slot holding ``length`` positions with ``max_steps`` planes per stacked core layer (by
-        default as allocated). Samplers report what their call asked for: a kept runner with more room than the
-        call needs (``recdiff.engine.pool``) would make the figure depend on what ran before in the process."""
-        length = self.length if length is None else length
-        steps = self.max_steps if max_steps is None else max_steps
+    def bytes_per_slot(self, length: int, max_steps: int) -> int:
+        """K/V bytes of one slot holding ``length`` positions with ``max_steps`` planes per stacked core layer, in
+        this cache's layout. Samplers report what their call asked for, not this cache's own size: a kept runner with
+        more room than the call needs (``recdiff.engine.pool``) would make the figure depend on what ran before."""
         total = 0
         for i, k in enumerate(self.k):
             planes = self.planes(i)
-            n = 1 if planes is None else steps if self.n_prelude <= i < self.n_prelude + self.n_core else planes
+            n = 1 if planes is None else max_steps if self.n_prelude <= i < self.n_prelude + self.n_core else planes
             total += 2 * n * length * k.shape[-2] * k.shape[-1] * k.element_size()  # K and V
         return total
 
