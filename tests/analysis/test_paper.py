@@ -1,4 +1,4 @@
-"""issue 14: `python -m analysis paper` at its smallest preset (`--scale smoke`: every recipe of sweeps/, 4 problems
+"""issue 14: `python -m analysis paper` at its smallest preset (`--scale smoke`: every recipe of sweeps/, 2 problems
 per trial) writes every expected file; the figures carry the studies' data; the verdicts are the ones computed from
 the studies; the paper notebook executes headless on the output."""
 from __future__ import annotations

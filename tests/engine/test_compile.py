@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch._dynamo.utils import counters
 
 from recdiff import generate, load_model, warm_up
 from recdiff.engine.pool import cache_length, get_runner
@@ -58,6 +57,8 @@ def test_no_compilation_after_warm_up_across_many_prompt_lengths(compiled_model,
     admission. Then 20 prompts of 17 lengths (3 to 19 tokens), alone and batched: dynamo compiles no new graph
     (every width, prompt length and key count is a dynamic dimension of the same graphs, few rows and many rows
     included)."""
+    from torch._dynamo.utils import counters  # here, not at the top: importing dynamo costs every worker ~1.5 s
+
     ps = prompts(small, 20)
     assert len({len(p) for p in ps}) == 17
     sampler, params = ONE_PER_SAMPLER[-1]

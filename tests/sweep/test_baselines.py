@@ -96,22 +96,14 @@ def test_baselines_are_recorded_once_reused_and_tabulated(tmp_path):
 
 
 @requires_fixture
-def test_baselines_can_be_turned_off(tmp_path):
-    run_sweep(["sampler=static", "sampler.r=2", *ARGS[:-2], "study.baselines=false", "study.name=plain",
-               f"study.storage={tmp_path}/journal.log", f"study.artifact_dir={tmp_path}/art",
-               f"hydra.run.dir={tmp_path}/run"])
-    trials = load(str(tmp_path / "journal.log"), "plain").get_trials()
-    assert len(trials) == 1 and not trials[0].user_attrs.get("baseline")
-
-
-@requires_fixture
 def test_other_studies_of_the_storage_share_identical_configurations(tmp_path):
     """study.reuse: a configuration COMPLETE in another study under the same identity is copied (reused_from), not
     measured again; another identity (here another slice) or study.reuse=false measures it."""
     where = [f"study.storage={tmp_path}/journal.log", f"study.artifact_dir={tmp_path}/art"]
     grid = [*ARGS[:-1], "study.baselines=false", "sampler.r_inner=2"]
     run_sweep([*grid, "study.name=a", *where, f"hydra.run.dir={tmp_path}/a"])
-    (orig,) = load(str(tmp_path / "journal.log"), "a").get_trials()
+    (orig,) = load(str(tmp_path / "journal.log"), "a").get_trials()   # study.baselines=false: the grid's trial alone
+    assert not orig.user_attrs.get("baseline")
     run_sweep([*grid, "study.name=b", *where, f"hydra.run.dir={tmp_path}/b"])
     (copy,) = load(str(tmp_path / "journal.log"), "b").get_trials()
     assert copy.state == TrialState.COMPLETE and copy.user_attrs["reused_from"] == {"study": "a", "trial": orig.number}

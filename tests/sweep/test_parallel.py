@@ -1,14 +1,14 @@
-"""Several worker processes on one study: a real PostgreSQL server and the journal file; joblib launcher."""
+"""Several worker processes on one study: a real PostgreSQL server and the journal file (the joblib launcher:
+test_scale.py)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from optuna.trial import TrialState
 
-from .conftest import TINY, load, popen_sweep, requires_fixture, run_sweep
+from .conftest import TINY, load, popen_sweep, requires_fixture
 
 pytestmark = pytest.mark.slow
 
@@ -46,16 +46,3 @@ def test_three_workers_share_one_study(tmp_path, kind, request):
     ran = sum((tmp_path / f"w{i}.log").read_text().count("COMPLETE accuracy=") for i in range(3))
     assert ran == 6                                                    # no trial ran twice
     assert "speed-up table: not shown" not in logs                     # each worker read the study back
-
-
-@requires_fixture
-def test_joblib_launcher_grid(tmp_path):
-    storage = str(tmp_path / "journal.log")
-    run_sweep(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=3", "sampler=static", "sampler.r=1,2,3,4,5,6",
-               "study.name=joblib", f"study.storage={storage}", f"study.artifact_dir={tmp_path}/artifacts",
-               f"hydra.sweep.dir={tmp_path}/sweep", *TINY], timeout=400)
-    trials = load(storage, "joblib").get_trials()
-    assert sorted(t.params["r"] for t in trials) == [1, 2, 3, 4, 5, 6]
-    assert all(t.state == TrialState.COMPLETE for t in trials)
-    assert json.loads((tmp_path / "sweep" / "study.json").read_text())["study_name"] == "joblib"
-    assert sorted(p.parent.name for p in (tmp_path / "sweep").glob("*/result.json")) == [str(i) for i in range(6)]

@@ -83,6 +83,9 @@ def test_eight_workers_run_twelve_configurations_exactly_once(tmp_path):
     assert sorted((t.params["sampler"], t.params["r"]) for t in done.values()) == sorted(
         [("static", r) for r in [*range(1, 9), 32]] + [("adaptive", 32), ("speculative", 32), ("loopspec", 32)])
     assert measured(tmp_path / "sweep") == Counter(done.keys())         # each measured by exactly one worker
+    # the launcher's own record: the study named in the sweep folder, one result per job in its numbered folder
+    assert json.loads((tmp_path / "sweep" / "study.json").read_text())["study_name"] == "many"
+    assert sorted(int(p.parent.name) for p in (tmp_path / "sweep").glob("*/result.json")) == list(range(8))
 
 
 @pytest.mark.slow
