@@ -38,8 +38,8 @@ EVERY_SAMPLER = [
 ]
 
 # the compile tests' inductor settings (engine_options["inductor"]: overrides of recdiff.engine.program.PATCHES):
-# Python wrapper, no GEMM autotuning, weights as graph inputs (tests/engine/test_compile.py says why)
-QUICK = {"cpp_wrapper": False, "max_autotune": False, "freezing": False}
+# Python wrapper, no GEMM autotuning, weights as graph inputs, scalar C++ (tests/engine/test_compile.py says why)
+QUICK = {"cpp_wrapper": False, "max_autotune": False, "freezing": False, "cpp.vec_isa_ok": False}
 
 
 def quick_compile(model):

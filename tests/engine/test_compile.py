@@ -5,7 +5,8 @@ test_gpu_path_on_cpu.py).
 Compiling is what these tests spend their time on, so they compile with :data:`QUICK` inductor settings: Python
 wrapper and no GEMM autotuning (about 1.8x quicker), and weights as graph inputs rather than frozen constants, which
 inductor's FX graph cache can store (frozen mkldnn weights bypass it) and whose passes it skips (the compiled-tokens
-test alone, 2 idle cores: 723 → 423 s). recdiff's own part, the capture, specialisation and replay of its programs, is
+test alone, 2 idle cores: 723 → 423 s), and scalar rather than vectorized C++ loops (static and diffusion compiled
+cold on a 2-core AMD EPYC: 96 → 79 s). recdiff's own part, the capture, specialisation and replay of its programs, is
 the same under either; test_compile_shipped.py checks the shipped settings. They compile the fixture cut to one block
 in P, two in R and one in C (tests/matrices.py's ``shallow``): the same pieces and specialisations, with graphs a
 third the size to trace and lower (the fixture's own depth is what the parity tests check, eagerly)."""
