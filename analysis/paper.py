@@ -68,7 +68,7 @@ class Scale:
 
 SCALES: dict[str, Scale] = {
     "smoke": Scale(limit=2, speed_samples=1, repeats=2, warmup=0, max_values=2, search_trials=2, population=2,  # tests
-                   minutes=3, trial_timeout_s=120),
+                   minutes=5, trial_timeout_s=120),
     # ci: speed_samples × repeats paired cells per trial for the speed-up's interval (the report states how wide), in
     # ≤ 15 minutes on 2 CPU cores (docs/speed.md, "Sizing the paper runner"); accuracy on the embedded default sits
     # at its ceiling whatever the slice, so the slice is what gives way

@@ -58,11 +58,10 @@ def test_loads_and_scores_above_chance_at_r32():
     bench = get_benchmark("arith", split="test", limit=N_SLICE)
     problems = bench.problems()
     prompts = [tok.encode(bench.render(p, tok), add_special_tokens=False) for p in problems]
-    texts = []
-    for ids in prompts:
-        res = recdiff.generate(model, ids, sampler="static", r=32, max_new_tokens=48,
+    # one batch: a batch gives each prompt what it gets alone (tests/embedded/test_batch_agreement.py)
+    results = recdiff.generate(model, prompts, sampler="static", r=32, max_new_tokens=48, batch_size=len(prompts),
                                stop_token_ids=[tok.eos_token_id], stop_strings=bench.stop_strings)
-        texts.append(tok.decode(res.tokens, skip_special_tokens=True))
+    texts = [tok.decode(res.tokens, skip_special_tokens=True) for res in results]
     scores = bench.score_all(problems, texts)
     assert all("####" in t for t in texts[:4]), texts[:4]  # learned the GSM8K answer format
     assert sum(s.correct for s in scores) >= MIN_CORRECT_R32, texts
