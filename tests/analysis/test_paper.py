@@ -7,8 +7,8 @@ points the others reuse, a one-knob diffusion recipe, the static sampler's cache
 benchmarks, trials already in the study), LoopSpec's and the NSGA-II search. The other one-knob recipes
 (tradeoff_epsilon, eta, beta_schedule, wavefront, headway, init_scale, continuous_compute) run as tradeoff_r_inner
 does: every combination they sweep is checked against its sampler's rules in tests/sweep/test_recipes.py, their
-command lines and time limits below, their judges on hand-made studies in test_claims.py (running them here cost
-about 200 s of the suite's time)."""
+command lines and time limits below, their judges on hand-made studies in test_claims.py (all thirteen recipes take
+4.1 min on 2 idle cores, these six 2.3 min)."""
 from __future__ import annotations
 
 import csv
