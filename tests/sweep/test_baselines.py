@@ -101,8 +101,8 @@ def test_other_studies_of_the_storage_share_identical_configurations(tmp_path):
     measured again; another identity (here another slice) or study.reuse=false measures it."""
     where = [f"study.storage={tmp_path}/journal.log", f"study.artifact_dir={tmp_path}/art"]
     # two tokens per problem: what is compared here is which trials were measured, not the measurements
-    grid = [a.replace("max_new_tokens=8", "max_new_tokens=2") for a in ARGS[:-1]] + ["study.baselines=false",
-                                                                                       "sampler.r_inner=2"]
+    grid = [a for a in ARGS[:-1] if not a.startswith("run.max_new_tokens=")] + [
+        "run.max_new_tokens=2", "study.baselines=false", "sampler.r_inner=2"]
     run_sweep([*grid, "study.name=a", *where, f"hydra.run.dir={tmp_path}/a"])
     (orig,) = load(str(tmp_path / "journal.log"), "a").get_trials()   # study.baselines=false: the grid's trial alone
     assert not orig.user_attrs.get("baseline")
