@@ -59,23 +59,24 @@ FEATURE = "compile=True on a CPU (the CPU compile path)"
 
 @functools.cache
 def internals() -> SimpleNamespace:
-    """The private torch pieces this module uses (inductor's config and ``compile_fx``, the symbolic-shape config,
-    dynamo's ``maybe_mark_dynamic`` and ``reset_code``), looked up once. A torch without them gives one
-    :class:`~recdiff.errors.RecdiffError` line (:func:`recdiff.compat.private`), before anything is compiled;
-    importing this module needs none of them (eager and CUDA runs never touch them)."""
+    """The private torch pieces this module uses (inductor's config, ``compile_fx`` and CPU ISA list, the
+    symbolic-shape config, dynamo's ``maybe_mark_dynamic`` and ``reset_code``), looked up once. A torch without them
+    gives one :class:`~recdiff.errors.RecdiffError` line (:func:`recdiff.compat.private`), before anything is
+    compiled; importing this module needs none of them (eager and CUDA runs never touch them)."""
 
     def lookup() -> SimpleNamespace:
         import torch._dynamo
         import torch._inductor.config as inductor_config
         import torch.fx.experimental._config as fx_config
         from torch._inductor.compile_fx import compile_fx
+        from torch._inductor.cpu_vec_isa import valid_vec_isa_list
 
         for key in PATCHES:  # a config key that this torch does not have: AttributeError, named
             getattr(inductor_config, key)
         fx_config.use_duck_shape  # noqa: B018
         return SimpleNamespace(inductor_config=inductor_config, fx_config=fx_config, compile_fx=compile_fx,
                                maybe_mark_dynamic=torch._dynamo.maybe_mark_dynamic,
-                               reset_code=torch._dynamo.reset_code)
+                               reset_code=torch._dynamo.reset_code, vec_isas=valid_vec_isa_list)
 
     return compat.private(FEATURE, lookup, fallback="use compile=False (eager) on this machine")
 
@@ -180,6 +181,10 @@ class Program:
         # engine_options["inductor"], this model's (e.g. the tests' quick-compile settings)
         patches = {**PATCHES, **self.patches, **self.model.engine_options.get("inductor", {})}
         before = tuple(a.clone() for a in args)  # the arguments as the capture found them (it may write them)
+        # inductor caches the CPU's vector ISAs once per process, filtered by cpp.vec_isa_ok as it holds at that first
+        # call: looked up here, outside the patches, so that a model whose settings turn vectorization off does not
+        # turn it off for the rest of the process (where a vectorized graph from the disk cache would then not build)
+        api.vec_isas()
         with api.fx_config.patch(use_duck_shape=False), api.inductor_config.patch(patches), torch.no_grad(), \
                 warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="TypedStorage is deprecated")  # inductor's autotuner, not ours

@@ -11,7 +11,7 @@ import torch
 from recdiff import load_model
 from recdiff.engine.pool import cache_length, get_runner
 from tests.conftest import RAVEN_TINY, need_fixtures
-from tests.matrices import prompts, shallow
+from tests.matrices import QUICK, prompts, shallow
 
 pytestmark = pytest.mark.slow
 
@@ -40,3 +40,25 @@ def test_the_shipped_inductor_settings_give_the_eager_logits(tmp_path):
     again = logits(model)
     torch.testing.assert_close(again, want, rtol=1e-4, atol=1e-4)
     assert torch.equal(again, got)
+
+
+def test_a_model_that_turns_vectorization_off_leaves_it_on_for_the_rest_of_the_process():
+    """Inductor caches the CPU's vector ISAs once per process, filtered by ``cpp.vec_isa_ok`` as it holds at that first
+    call. A model compiled with vectorization off (the compile tests' QUICK settings) must not leave the process
+    without them: its later vectorized compiles would turn scalar, and a vectorized graph from the disk cache would
+    fail to build."""
+    from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+
+    valid_vec_isa_list.cache_clear()
+    expected = valid_vec_isa_list()  # the process's own settings
+    if not expected:
+        pytest.skip("this CPU has no vector ISA inductor uses")
+    valid_vec_isa_list.cache_clear()
+    model = load_model(need_fixtures(RAVEN_TINY), compile=True)
+    # no disk cache: the graph is generated here, where inductor asks for the ISA list
+    model.engine_options["inductor"] = {**QUICK, "fx_graph_cache": False}
+    run = get_runner(model, 1, cache_length(model))
+    x = torch.arange(8.0)[None]
+    (y,) = run.run("double", lambda model, runner, args: (args[0] * 2 + 1,), (x,))
+    assert torch.equal(y, x * 2 + 1)
+    assert valid_vec_isa_list() == expected
