@@ -1,0 +1,96 @@
+"""lm-eval's task index cached on disk (:mod:`recdiff.lm_eval.task_index`): a second process gets the same index
+without building it, an edited, added or removed task file builds it anew, and a cache that cannot be read or written
+costs only the build. On a folder of its own (``include_defaults=False``): lm-eval's ~16k files take seconds."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("lm_eval", reason='lm-eval is not installed: pip install -e ".[lm-eval]"')
+
+from lm_eval.tasks import TaskManager
+
+from recdiff.lm_eval.task_index import cache_dir, cached_task_manager
+
+
+def task(folder: Path, name: str) -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(f"task: {name}\ndataset_path: json\noutput_type: generate_until\ntest_split: test\n"
+                    "doc_to_text: '{{q}}'\ndoc_to_target: '{{a}}'\n")
+    return path
+
+
+@pytest.fixture
+def tasks(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    task(folder, "alpha")
+    task(folder, "beta")
+    return folder
+
+
+def build(folder: Path) -> TaskManager:
+    return cached_task_manager(folder, include_defaults=False)
+
+
+def index(tm: TaskManager) -> dict[str, str]:
+    return {name: str(entry.yaml_path) for name, entry in tm.task_index.items()}
+
+
+def no_build(monkeypatch) -> None:
+    def refuse(*args, **kwargs):
+        raise AssertionError("the index was built, not read from the cache")
+
+    monkeypatch.setattr(TaskManager, "__init__", refuse)
+
+
+def test_a_second_process_reads_the_index_it_did_not_build(tasks, monkeypatch):
+    first = build(tasks)
+    assert set(first.all_subtasks) == {"alpha", "beta"}
+    assert len(list(cache_dir().glob("lm_eval-tasks-*.pkl"))) == 1
+    with monkeypatch.context() as m:
+        no_build(m)
+        second = build(tasks)
+    assert second is not first and index(second) == index(first)
+
+
+@pytest.mark.parametrize("change", ["edit", "add", "remove"])
+def test_a_changed_task_file_builds_the_index_anew_in_the_same_cache_file(tasks, change):
+    build(tasks)
+    if change == "edit":   # another name inside the same file, its time stamp moved on as an editor would
+        path = tasks / "alpha.yaml"
+        path.write_text(path.read_text().replace("task: alpha", "task: gamma"))
+        st = path.stat()
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        want = {"gamma", "beta"}
+    elif change == "add":
+        task(tasks, "gamma")
+        want = {"alpha", "beta", "gamma"}
+    else:
+        (tasks / "beta.yaml").unlink()
+        want = {"alpha"}
+    assert set(build(tasks).all_subtasks) == want
+    assert len(list(cache_dir().glob("lm_eval-tasks-*.pkl"))) == 1   # overwritten, not piled up
+    assert set(build(tasks).all_subtasks) == want                     # and read back as such
+
+
+def test_an_unreadable_cache_is_built_anew_and_written_over(tasks, monkeypatch):
+    first = build(tasks)
+    (path,) = cache_dir().glob("lm_eval-tasks-*.pkl")
+    path.write_bytes(path.read_bytes()[:100])        # truncated
+    assert index(build(tasks)) == index(first)
+    with monkeypatch.context() as m:                 # the file is whole again
+        no_build(m)
+        assert index(build(tasks)) == index(first)
+
+
+def test_a_cache_folder_that_cannot_be_written_costs_only_the_build(tasks, tmp_path, monkeypatch):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))   # the cache folder would be under a file
+    assert set(build(tasks).all_subtasks) == {"alpha", "beta"}
+    assert blocked.read_text() == ""
