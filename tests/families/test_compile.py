@@ -1,13 +1,14 @@
-"""Compiled decoding on the retrofitted families (``compile=True`` on a CPU: torch.compile of P, R and C, grouped-
-query attention and rotate-half RoPE inside the graphs) gives the eager tokens, batched, and under per-step caches,
-with the quick inductor settings and the cut (tests/matrices.py's ``shallow``) of tests/engine/test_compile.py.
+"""Compiled decoding on the retrofitted families (``compile=True`` on a CPU: torch.compile of P, R and C, grouped-query
+attention and rotate-half RoPE inside the graphs) gives the eager tokens, batched, and under per-step caches, with
+the quick inductor settings and the cut (tests/matrices.py's ``shallow``) of tests/engine/test_compile.py.
 
-The sampler is static AR, whose compiled programs hold a family's blocks: P, four recurrences and one, C; a
-prefill's many rows and a step's few; shared and per-step caches. The other samplers' pieces (adaptive's exit piece,
-the diffusion step's window and tensor functions, speculative's drafts, LoopSpec's lanes) are family-independent code
-around the same blocks, compiled on Huginn's layout in tests/engine/test_compile.py (compiling each again per family
-cost CI about 200 s). The per-step cache layout is compiled on the first family alone: its graphs differ from the shared
-layout's in the cache writes, which are family-independent code."""
+The sampler is static AR, whose compiled programs hold a family's blocks: P, one recurrence per call (chunks of several
+are tests/engine/test_compile.py's), C; a prefill's many rows and a step's few; shared and per-step caches. The other
+samplers' pieces (adaptive's exit piece, the diffusion step's window and tensor functions, speculative's drafts,
+LoopSpec's lanes) are family-independent code around the same blocks, compiled on Huginn's layout in
+tests/engine/test_compile.py (compiling each again per family cost CI about 200 s). The per-step cache layout is
+compiled on the first family alone: its graphs differ from the shared layout's in the cache writes, which are
+family-independent code."""
 
 from __future__ import annotations
 
