@@ -35,6 +35,7 @@ cannot drift apart.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import re
@@ -172,6 +173,12 @@ def check_definition(folder: str | Path) -> None:
 
 # ---- benchmark registry class --------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=4)
+def _split_rows(split: str, n: int, seed: int, max_k: int) -> tuple[dict, ...]:
+    """A split's rows, generated once per process for every trial a sweep process runs on it (as arith's)."""
+    return tuple({"question": p.question, "answer": p.answer, "k": p.k} for p in generate_split(split, n, seed, max_k))
+
+
 @register("compose")
 class ComposeBenchmark(Benchmark):
     """``get_benchmark("compose", split="test", n_problems=1000, seed=1234, max_k=24, limit=None, offset=0)``.
@@ -195,8 +202,7 @@ class ComposeBenchmark(Benchmark):
         self.split, self.n_problems, self.max_k = split, n_problems, max_k
 
     def _rows(self) -> tuple[list[dict], str]:
-        rows = [{"question": p.question, "answer": p.answer, "k": p.k}
-                for p in generate_split(self.split, self.n_problems, self.seed, self.max_k)]
+        rows = [dict(row) for row in _split_rows(self.split, self.n_problems, self.seed, self.max_k)]
         return rows, f"compose:{self.split}:seed={self.seed}:n={self.n_problems}:max_k={self.max_k}"
 
     def _problem(self, row: dict, index: int) -> Problem:

@@ -90,3 +90,18 @@ def test_unknown_split_is_rejected():
 
     with pytest.raises(RecdiffError):
         get_benchmark("arith", split="validation")
+
+
+def test_a_process_generates_a_split_once_and_each_benchmark_gets_its_own_rows():
+    """Trials that a sweep process runs one after another share the generated split (arith._split_rows), each with
+    rows of its own: what one trial's problems hold cannot change another's."""
+    arith._split_rows.cache_clear()
+    first, second = (get_benchmark("arith", n_problems=40, limit=3) for _ in range(2))
+    a, b = first.problems(), second.problems()
+    info = arith._split_rows.cache_info()
+    assert (info.misses, info.hits) == (1, 1)
+    assert [(p.question, p.meta) for p in a] == [(p.question, p.meta) for p in b]
+    want = [(p.question, p.steps) for p in arith.generate_split("test", 3)]
+    assert [(p.question, p.meta["steps"]) for p in a] == want      # the split itself, as generated
+    a[0].meta["steps"].append(("junk",))
+    assert get_benchmark("arith", n_problems=40, limit=3).problems()[0].meta["steps"] == want[0][1]
