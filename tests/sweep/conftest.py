@@ -20,9 +20,10 @@ FIXTURE = SHARED / "fixtures" / "raven_tiny"
 EMBEDDED = REPO / "recdiff" / "assets" / "embedded"
 
 # The smallest real workload: the fixture checkpoint (random weights, byte-encoded prompts), one arith
-# problem, a couple of tokens. Every subprocess test adds these to its command. Without the baselines
-# (study.baselines=false), so that a test's study holds exactly its own trials; tests/sweep/test_baselines.py has them.
-TINY = ["model=fixture", "benchmark=arith", "benchmark.limit=1", "run.max_new_tokens=2",
+# problem, a couple of tokens, two rounds of paired timing (the fewest that give an interval). Every subprocess test
+# adds these to its command. Without the baselines (study.baselines=false), so that a test's study holds exactly its
+# own trials; tests/sweep/test_baselines.py has them.
+TINY = ["model=fixture", "benchmark=arith", "benchmark.limit=1", "run.max_new_tokens=2", "run.repeats=2",
         "run.warmup=0", "run.threads=1", "run.progress=false", "study.baselines=false"]
 
 
