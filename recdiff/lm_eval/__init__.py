@@ -33,6 +33,10 @@ if _version(lm_eval.__version__) < MIN_VERSION:
     raise RecdiffError(f"recdiff.lm_eval needs lm-eval >= {'.'.join(map(str, MIN_VERSION))}, found "
                        f'{lm_eval.__version__}: pip install -e ".[lm-eval]"')
 
+from recdiff.lm_eval.task_index import install  # noqa: E402
+
+install()   # lm-eval's task index read from disk, not rebuilt by every process (task_index.py)
+
 from recdiff.lm_eval.model import RecdiffLM  # noqa: E402  (registers the model "recdiff")
 
 __all__ = ["RecdiffLM"]

@@ -1,8 +1,10 @@
-"""lm-eval's task index, kept on disk between processes. ``TaskManager()`` parses all of lm-eval's ~16k task files
-(about 14 s on a 2-core machine), in every process that names a task: each sweep worker of an lm-eval benchmark paid
-it. The built manager is pickled under the user's cache folder, keyed by lm-eval's version and the path, size and
-modification time of every file under the folders it indexed, so that an edited, added or removed task file (in
-``include_path`` or in lm-eval itself) builds it anew. A cache that cannot be read or written only costs the build.
+"""lm-eval's task index, kept on disk between processes. Every ``TaskManager`` parses all of lm-eval's ~16k task
+files (``TaskIndex.build``, about 14 s on a 2-core machine), in every process that names a task: each sweep worker of
+an lm-eval benchmark and each ``python -m recdiff.lm_eval`` paid it. :func:`install` (importing :mod:`recdiff.lm_eval`
+calls it) routes that build through a pickle under the user's cache folder, keyed by lm-eval's version and the path,
+size and modification time of every file under lm-eval's task folder, so that an edited, added or removed task file
+builds it anew; a user's ``include_path`` (a few files) is indexed as before. A cache that cannot be read or written
+costs only the build. The TaskManager around the index, its metadata included, is lm-eval's own.
 """
 
 from __future__ import annotations
@@ -14,11 +16,16 @@ import pickle
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any, Iterable
 
 import lm_eval
-from lm_eval.tasks import TaskManager
+import lm_eval.tasks
+from lm_eval.tasks._index import TaskIndex
 
 log = logging.getLogger(__name__)
+
+_build = TaskIndex.build   # lm-eval's own, which cached_build calls on a miss
+CACHED_ROOT = Path(lm_eval.tasks.__file__).parent.resolve()   # lm-eval's own task files
 
 
 def cache_dir() -> Path:
@@ -44,25 +51,48 @@ def fingerprint(roots: list[Path]) -> str:
     return h.hexdigest()[:24]
 
 
-def cached_task_manager(include_path: Path | None = None, include_defaults: bool = True) -> TaskManager:
-    """``TaskManager(include_path=..., include_defaults=...)``, from the disk cache when its files are unchanged. One
-    cache file per set of indexed folders, overwritten when they change (no stale copies pile up)."""
-    roots = [Path(lm_eval.tasks.__file__).parent] if include_defaults else []
-    roots += [include_path.resolve()] if include_path else []
-    path = cache_dir() / f"lm_eval-tasks-{hashlib.sha256(repr(roots).encode()).hexdigest()[:16]}.pkl"
-    key = fingerprint(roots)
+def cached_build(paths: Iterable[Path], *, resolve_includes: bool = True) -> dict[str, Any]:
+    """``TaskIndex.build(paths)``, with the part of :data:`CACHED_ROOT` (lm-eval's own tasks, the costly one) read
+    from the disk cache when its files are unchanged; other folders (a user's ``include_path``, a few files) are
+    indexed as lm-eval does. Each folder's part is merged over the ones before it, as lm-eval merges them."""
+    paths = list(paths)
+    if not resolve_includes or all(Path(p).resolve() != CACHED_ROOT for p in paths):
+        return _build(paths, resolve_includes=resolve_includes)
+    index: dict[str, Any] = {}
+    for p in paths:
+        part = _cached_part() if Path(p).resolve() == CACHED_ROOT else _build([p])
+        for name, entry in part.items():
+            if name in index:
+                log.warning("Task '%s' from %s overrides existing task from %s", name, entry.yaml_path,
+                            index[name].yaml_path)
+            index[name] = entry
+    return index
+
+
+def _cached_part() -> dict[str, Any]:
+    """The index of :data:`CACHED_ROOT` from its cache file (one, overwritten when the folder changes), or built
+    and written there."""
+    path = cache_dir() / "lm_eval-tasks.pkl"
+    key = fingerprint([CACHED_ROOT])
     try:
         with open(path, "rb") as f:
-            found, manager = pickle.load(f)
-        if found == key and isinstance(manager, TaskManager):
-            return manager
+            found, index = pickle.load(f)
+        if found == key and isinstance(index, dict):
+            return index
     except FileNotFoundError:
         pass
     except Exception as exc:   # a truncated or foreign file: built anew and written over
         log.debug("lm-eval task cache %s unreadable (%s): building the index", path, exc)
-    manager = TaskManager(include_path=str(include_path) if include_path else None, include_defaults=include_defaults)
-    _write(path, (key, manager))
-    return manager
+    index = _build([CACHED_ROOT])
+    _write(path, (key, index))
+    return index
+
+
+def install() -> None:
+    """Every TaskManager of this process (recdiff's and lm-eval's own command line) builds its index through
+    :func:`cached_build`."""
+    if TaskIndex.build is not cached_build:
+        TaskIndex.build = staticmethod(cached_build)
 
 
 def _write(path: Path, value: object) -> None:

@@ -21,9 +21,8 @@ from lm_eval.api.task import Task
 from lm_eval.tasks import TaskManager
 
 from recdiff.errors import RecdiffError
-from recdiff.lm_eval.task_index import cached_task_manager
 
-_MANAGERS: dict[tuple[str, ...], TaskManager] = {}   # one per process (and on disk: task_index)
+_MANAGERS: dict[tuple[str, ...], TaskManager] = {}   # one per process; its index on disk (task_index.py)
 DATA_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
 
@@ -33,7 +32,7 @@ def task_manager(include_path: str | None = None) -> TaskManager:
     if key and not Path(key[0]).exists():
         raise RecdiffError(f"benchmark.include_path={include_path} does not exist")
     if key not in _MANAGERS:
-        _MANAGERS[key] = cached_task_manager(Path(key[0]) if key else None)
+        _MANAGERS[key] = TaskManager(include_path=key[0] if key else None)
     return _MANAGERS[key]
 
 
