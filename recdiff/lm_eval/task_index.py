@@ -33,21 +33,19 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "recdiff"
 
 
-def fingerprint(roots: list[Path]) -> str:
-    """A digest of lm-eval's and Python's versions and of every file under ``roots`` (relative path, size,
+def fingerprint(root: Path) -> str:
+    """A digest of lm-eval's and Python's versions and of every file under ``root`` (relative path, size,
     modification time): a stat of each, a fraction of a second for lm-eval's own tasks."""
-    h = hashlib.sha256(f"{lm_eval.__version__}\0{sys.version}".encode())
-    for root in roots:
-        h.update(f"\0root\0{root}".encode())
-        for folder, dirs, files in os.walk(root):
-            dirs.sort()
-            for name in sorted(files):
-                path = os.path.join(folder, name)
-                try:
-                    st = os.stat(path)
-                except OSError:   # removed while we walk: the next process sees the new tree
-                    continue
-                h.update(f"\0{os.path.relpath(path, root)}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+    h = hashlib.sha256(f"{lm_eval.__version__}\0{sys.version}\0{root}".encode())
+    for folder, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(folder, name)
+            try:
+                st = os.stat(path)
+            except OSError:   # removed while we walk: the next process sees the new tree
+                continue
+            h.update(f"\0{os.path.relpath(path, root)}\0{st.st_size}\0{st.st_mtime_ns}".encode())
     return h.hexdigest()[:24]
 
 
@@ -73,7 +71,7 @@ def _cached_part() -> dict[str, Any]:
     """The index of :data:`CACHED_ROOT` from its cache file (one, overwritten when the folder changes), or built
     and written there."""
     path = cache_dir() / "lm_eval-tasks.pkl"
-    key = fingerprint([CACHED_ROOT])
+    key = fingerprint(CACHED_ROOT)
     try:
         with open(path, "rb") as f:
             found, index = pickle.load(f)
