@@ -172,13 +172,14 @@ def common_value(parts: Sequence[Est]) -> tuple[float, float] | None:
 
 
 def wilson(k: int, n: int) -> Est:
-    """A proportion k/n with its 95% Wilson score interval (scipy)."""
+    """A proportion k/n with its 95% Wilson score interval: the one the trials record for their accuracy
+    (:func:`recdiff.benchmarks.stats.wilson_interval`, scipy's)."""
     if n == 0:
         return Est(math.nan, -math.inf, math.inf)
-    from scipy import stats
+    from recdiff.benchmarks.stats import wilson_interval
 
-    ci = stats.binomtest(int(k), int(n)).proportion_ci(confidence_level=0.95, method="wilson")
-    return Est(k / n, min(float(ci.low), k / n), max(float(ci.high), k / n))
+    low, high = wilson_interval(int(k), int(n))
+    return Est(k / n, min(low, k / n), max(high, k / n))
 
 
 def t_mean(values: Sequence[float]) -> Est:
