@@ -1,8 +1,9 @@
 """Measured numbers with their 95% intervals, and decisions that only go one way when the interval does.
 
-Trials record an interval next to each measured number: accuracy's Wilson interval (`accuracy_low/high`), the
+Trials record an interval next to each measured number: accuracy's Wilson interval (`accuracy_lo/hi`), the
 tokens/s objective's and the paired speed-up's bootstrap intervals (`tokens_per_s_lo/hi`, `speedup_lo/hi`,
-`recdiff.timing.paired_timing`). Everything here derives intervals of combinations from them:
+`recdiff.timing.paired_timing`), named one way: `<column>_lo`, `<column>_hi` (`recdiff.trial.record`; a journal's older
+names are mapped as the trials load). Everything here derives intervals of combinations from them:
 
 * sums, means and differences by MOVER (Zou & Donner 2008, "method of variance estimates recovery"; for a
   difference of two proportions it is Newcombe's hybrid score interval): each estimate's distance to its own bounds
@@ -23,12 +24,6 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-# measured column → its interval columns, as the trials record them
-INTERVALS: dict[str, tuple[str, str]] = {
-    "accuracy": ("accuracy_low", "accuracy_high"),
-    "tokens_per_s": ("tokens_per_s_lo", "tokens_per_s_hi"),
-    "speedup": ("speedup_lo", "speedup_hi"),
-}
 # scipy.stats.norm.ppf(0.975), written out (tested): scipy.stats is imported where it is used, as it costs about 2 s of
 # the start of every sweep that prints its closing table
 Z95 = 1.959963984540054
@@ -115,8 +110,8 @@ def bounds(df: pl.DataFrame, column: str, missing: str = "point") -> tuple[np.nd
 
 
 def interval_columns(column: str) -> tuple[str, str]:
-    """The names of `column`'s interval columns: as the trials record them, else `<column>_lo` / `<column>_hi`."""
-    return INTERVALS.get(column, (f"{column}_lo", f"{column}_hi"))
+    """The names of `column`'s interval columns, as the trials record them: `<column>_lo`, `<column>_hi`."""
+    return f"{column}_lo", f"{column}_hi"
 
 
 def group_means(df: pl.DataFrame, by: str | Sequence[str], metrics: Sequence[str]) -> pl.DataFrame:

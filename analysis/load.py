@@ -1,8 +1,13 @@
 """Studies, sweep output dirs and per-sample files → tidy polars tables.
 
 `load_trials` gives one row per trial with columns named exactly as the config keys
-(docs/architecture.md), the objectives, their interval bounds, the state and the paths to
-per-sample data; `load_samples` gives the long per-sample table; `load_trace` reads a `.npz` trace.
+(docs/architecture.md), the objectives, the trial's record (`recdiff.trial.record.TrialRecord`: interval bounds,
+costs, the paths to per-sample data ...; docs/trial_record.md) and the state; `load_samples` gives the long per-sample
+table; `load_trace` reads a `.npz` trace.
+
+Trials are read one way, whatever holds them: an Optuna study or a sweep's result.json files each give
+:class:`StoredTrial` s (:func:`stored_trials`), and one function makes a row of each (:func:`_row`), reading its
+attributes through the record (older names mapped: `recdiff.trial.record.RENAMED`).
 """
 from __future__ import annotations
 
@@ -25,25 +30,33 @@ from recdiff.study.connect import sqlalchemy_url
 from recdiff.study.identity import STUDY_WIDE, differences, trial_identity
 from recdiff.study.identity import key as identity_key
 from recdiff.study.journal import JournalFile, replayed
+from recdiff.trial import record
+from recdiff.trial.record import TrialRecord, read_attrs
 
 DEFAULT_STORAGE = Path("outputs/optuna/journal.log")
-ATTR_COLUMNS: tuple[str, ...] = (
-    "accuracy_low", "accuracy_high", "n_samples", "core_passes_per_token", "peak_memory_bytes",
-    "kv_cache_bytes", "output_dir", "samples_path", "trace_paths",
-)
-# A LoopSpec trial's readouts (recdiff/trial/readouts.py); null for every other sampler.
-READOUT_COLUMNS: tuple[str, ...] = ("q1_acceptance", "q2_acceptance", "sequential_per_token", "peak_lanes")
-# Paired timing (recdiff.timing.paired_timing); null in studies recorded before it: their speed-up is unpaired, and
-# analysis says so instead of dividing tokens/s measured at different times.
-TIMING_COLUMNS: tuple[str, ...] = (
-    "tokens_per_s_lo", "tokens_per_s_hi", "speedup", "speedup_lo", "speedup_hi", "reference_tokens_per_s",
-    "timing_rounds", "threads",
-)
+# The trial's record (recdiff/trial/record.py), in its declaration's order. Null where a trial did not record it: a
+# LoopSpec readout on another sampler's trial; the paired timing in studies recorded before it (their speed-up is
+# unpaired, and the analysis says so instead of dividing tokens/s measured at different times).
+RECORD_COLUMNS: tuple[str, ...] = record.columns()
 # The study's reference (`run.reference`, one line: "static r=32") and whether the trial's sampler is it; null
 # without a recorded config.
 REFERENCE_COLUMNS: tuple[str, ...] = ("speed_reference", "is_reference")
 TRACE_KEYS: tuple[str, ...] = ("tokens", "frozen", "counter", "delta", "prompt_len", "text_ids", "text")
 _URL_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "oracle", "mssql")
+
+
+@dataclass
+class StoredTrial:
+    """One trial as its storage holds it (an Optuna study or a result.json file): what a row is made of."""
+
+    number: int
+    state: str
+    params: Mapping[str, Any]
+    values: Mapping[str, Any]
+    attrs: Mapping[str, Any]              # its user attributes, as stored (any version's names)
+    root: Path | None                     # relative paths of the trial are resolved against this dir too
+    duration_s: float | None = None
+    timed: bool = False                   # its storage records when it ran (a study; result.json does not)
 
 
 @dataclass
@@ -197,11 +210,11 @@ def reference_of(config: Mapping) -> tuple[str | None, bool | None]:
     return ref, sampler_text(mine) == ref
 
 
-def _row(number: int, state: str, params: Mapping, values: Mapping, attrs: Mapping,
-         root: Path | None, study: str) -> dict[str, Any]:
+def _row(trial: StoredTrial, study: str) -> dict[str, Any]:
+    attrs, root, params = read_attrs(trial.attrs), trial.root, trial.params
     cfg = attrs.get("config") or {}
     sampler_cfg = cfg.get("sampler") if isinstance(cfg.get("sampler"), Mapping) else {}
-    row: dict[str, Any] = {"study": study, "number": number, "state": state,
+    row: dict[str, Any] = {"study": study, "number": trial.number, "state": trial.state,
                            "sampler": _sampler_name(params, cfg),
                            "benchmark": params.get("benchmark", _sub_name(cfg, "benchmark")),
                            "model": params.get("model", _sub_name(cfg, "model"))}
@@ -214,15 +227,18 @@ def _row(number: int, state: str, params: Mapping, values: Mapping, attrs: Mappi
             row[key] = value
     for key, value in params.items():
         row.setdefault(key, value)
-    for key, value in values.items():
+    for key, value in trial.values.items():
         row[key] = value
-    output_dir = attrs.get("output_dir")
+    if trial.timed:
+        row["duration_s"] = trial.duration_s
+    rec = TrialRecord.of(attrs)
+    for key in RECORD_COLUMNS:
+        row[key] = getattr(rec, key)
+    output_dir = rec.output_dir
     bases = [root, Path(output_dir) if output_dir else None, root.parent if root else None, Path.cwd()]
-    for key in (*ATTR_COLUMNS, *TIMING_COLUMNS, *READOUT_COLUMNS):
-        row[key] = attrs.get(key)
     row["output_dir"] = _resolve_path(output_dir, [root, Path.cwd()])
-    row["samples_path"] = _resolve_path(attrs.get("samples_path"), bases)
-    row["trace_paths"] = [_resolve_path(p, bases) for p in (attrs.get("trace_paths") or [])]
+    row["samples_path"] = _resolve_path(rec.samples_path, bases)
+    row["trace_paths"] = [_resolve_path(p, bases) for p in (rec.trace_paths or [])]
     row["fail_reason"] = attrs.get("fail_reason")
     row["baseline"] = bool(attrs.get("baseline", False))   # recorded by study.baselines (recdiff.study.baselines)
     row["speed_reference"], row["is_reference"] = reference_of(cfg)
@@ -247,25 +263,23 @@ def _column(name: str, values: list[Any]) -> pl.Series:
     return pl.Series([None if v is None else str(v) for v in values], dtype=pl.String)
 
 
+_DTYPES: dict[type, pl.DataType] = {int: pl.Int64(), float: pl.Float64(), bool: pl.Boolean(), str: pl.String(),
+                                     list: pl.List(pl.String())}
 _NULL_DTYPES: dict[str, pl.DataType] = {
     **dict.fromkeys(("study", "state", "sampler", "benchmark", "model", "beta_schedule", "freeze", "kv_cache",
-                     "output_dir", "samples_path", "fail_reason", "identity", "speed_reference"), pl.String()),
-    **dict.fromkeys(("r_inner", "wavefront", "headway", "r", "r_draft", "r_draft2", "lookahead", "max_steps",
-                     "n_samples", "peak_memory_bytes", "kv_cache_bytes", "timing_rounds", "threads", "peak_lanes"),
+                     "fail_reason", "identity", "speed_reference"), pl.String()),
+    **dict.fromkeys(("r_inner", "wavefront", "headway", "r", "r_draft", "r_draft2", "lookahead", "max_steps"),
                     pl.Int64()),
-    **dict.fromkeys(("beta", "eta", "epsilon", "init_scale", "accuracy", "tokens_per_s", "accuracy_low",
-                     "accuracy_high", "core_passes_per_token", "duration_s", "tokens_per_s_lo", "tokens_per_s_hi",
-                     "speedup", "speedup_lo", "speedup_hi", "reference_tokens_per_s", "q1_acceptance",
-                     "q2_acceptance", "sequential_per_token"), pl.Float64()),
+    **dict.fromkeys(("beta", "eta", "epsilon", "init_scale", "accuracy", "tokens_per_s", "duration_s"), pl.Float64()),
     "continuous_compute": pl.Boolean(), "baseline": pl.Boolean(), "is_reference": pl.Boolean(),
-    "trace_paths": pl.List(pl.String()),
+    # the record's columns, typed as it declares them
+    **{f.name: _DTYPES[record.python_type(f)] for f in record.fields() if f.name in RECORD_COLUMNS},
 }
 
 
 def _frame(rows: list[dict[str, Any]], objectives: Iterable[str]) -> pl.DataFrame:
     head = ["study", "number", "state", "sampler", "benchmark", "model", *SAMPLER_KEYS]
-    tail = [*objectives, "accuracy_low", "accuracy_high", *TIMING_COLUMNS, *ATTR_COLUMNS[2:], *READOUT_COLUMNS,
-            "fail_reason", "baseline", *REFERENCE_COLUMNS, "identity"]
+    tail = [*objectives, *RECORD_COLUMNS, "fail_reason", "baseline", *REFERENCE_COLUMNS, "identity"]
     seen = dict.fromkeys(head)
     for row in rows:
         seen.update(dict.fromkeys(k for k in row if k not in tail))
@@ -273,21 +287,20 @@ def _frame(rows: list[dict[str, Any]], objectives: Iterable[str]) -> pl.DataFram
     return pl.DataFrame({k: _column(k, [row.get(k) for row in rows]).alias(k) for k in order}).sort("number")
 
 
-def _rows_from_study(study: optuna.Study, root: Path | None) -> tuple[list[dict], list[str]]:
+def _from_study(study: optuna.Study, root: Path | None) -> tuple[list[StoredTrial], list[str]]:
     names = list(study.metric_names or (OBJECTIVES if len(study.directions) == len(OBJECTIVES)
                                         else [f"values_{i}" for i in range(len(study.directions))]))
-    rows = []
+    trials = []
     for t in study.get_trials(deepcopy=False):
         values = dict(zip(names, t.values)) if t.values is not None else dict.fromkeys(names)
-        row = _row(t.number, t.state.name, t.params, values, t.user_attrs, root, study.study_name)
         start, end = t.datetime_start, t.datetime_complete
-        row["duration_s"] = (end - start).total_seconds() if start and end else None
-        rows.append(row)
-    return rows, names
+        trials.append(StoredTrial(t.number, t.state.name, t.params, values, t.user_attrs, root,
+                                  (end - start).total_seconds() if start and end else None, timed=True))
+    return trials, names
 
 
-def _rows_from_results(files: list[Path], root: Path | None, name: str) -> tuple[list[dict], list[str]]:
-    rows, names = [], dict.fromkeys(OBJECTIVES)
+def _from_results(files: list[Path]) -> tuple[list[StoredTrial], list[str]]:
+    trials, names = [], dict.fromkeys(OBJECTIVES)
     for i, f in enumerate(files):
         try:
             data = json.loads(f.read_text())
@@ -298,9 +311,17 @@ def _rows_from_results(files: list[Path], root: Path | None, name: str) -> tuple
         attrs = dict(data.get("user_attrs") or {})
         attrs.setdefault("output_dir", str(f.parent))
         number = data.get("number", data.get("trial_number"))
-        rows.append(_row(int(number if number is not None else i), str(data.get("state", "COMPLETE")),
-                         data.get("params") or {}, values, attrs, f.parent, name))
-    return rows, list(names)
+        trials.append(StoredTrial(int(number if number is not None else i), str(data.get("state", "COMPLETE")),
+                                  data.get("params") or {}, values, attrs, f.parent))
+    return trials, list(names)
+
+
+def stored_trials(res: Resolved) -> tuple[list[StoredTrial], list[str]]:
+    """The trials of a resolved source as stored, and the names of its objectives: from its Optuna study, else from
+    its result.json files."""
+    if res.study is not None:
+        return _from_study(res.study, res.root)
+    return _from_results(res.results)
 
 
 def load_trials(source: Any, study_name: str | None = None) -> pl.DataFrame:
@@ -308,13 +329,10 @@ def load_trials(source: Any, study_name: str | None = None) -> pl.DataFrame:
     if isinstance(source, pl.DataFrame):
         return source
     res = resolve(source, study_name)
-    if res.study is not None:
-        rows, names = _rows_from_study(res.study, res.root)
-    else:
-        rows, names = _rows_from_results(res.results, res.root, res.name)
-    if not rows:
+    trials, names = stored_trials(res)
+    if not trials:
         raise RecdiffError(f"study {res.name!r} has no trials")
-    return _frame(rows, names)
+    return _frame([_row(t, res.name) for t in trials], names)
 
 
 def check_identities(df: pl.DataFrame) -> None:

@@ -260,13 +260,13 @@ def write_figures(trials: dict[str, pl.DataFrame], out: Path, say: Callable[[str
 
 
 def _interval(trials: dict[str, pl.DataFrame]) -> tuple[int | None, float | None]:
-    frames = [df.filter(pl.col("state") == "COMPLETE") for df in trials.values() if "accuracy_high" in df.columns]
+    frames = [df.filter(pl.col("state") == "COMPLETE") for df in trials.values() if "accuracy_hi" in df.columns]
     frames = [f for f in frames if not f.is_empty()]
     if not frames:
         return None, None
-    df = pl.concat([f.select("n_samples", "accuracy_low", "accuracy_high") for f in frames], how="vertical_relaxed")
+    df = pl.concat([f.select("n_samples", "accuracy_lo", "accuracy_hi") for f in frames], how="vertical_relaxed")
     n = int(df["n_samples"].median()) if df["n_samples"].null_count() < df.height else None
-    return n, float((100 * (df["accuracy_high"] - df["accuracy_low"]) / 2).median())
+    return n, float((100 * (df["accuracy_hi"] - df["accuracy_lo"]) / 2).median())
 
 
 def _speed_width(trials: dict[str, pl.DataFrame]) -> str:

@@ -87,7 +87,7 @@ def baseline_label(row: dict) -> str:
 def _format_axis(ax: Axes, which: str, key: str) -> None:
     axis = ax.xaxis if which == "x" else ax.yaxis
     (ax.set_xlabel if which == "x" else ax.set_ylabel)(label(key))
-    if key in ("accuracy", "accuracy_low", "accuracy_high"):
+    if key in ("accuracy", "accuracy_lo", "accuracy_hi"):
         axis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=None))
         clamp_accuracy_axis(ax, which)
     elif key.endswith("_bytes"):

@@ -269,7 +269,7 @@ def _summary(df: pl.DataFrame, name: str, source: Any, figures: list[tuple[str, 
         if diff.is_empty():
             continue
         front, measured = noisy_pareto_front(diff), pareto_front(diff)
-        cols = ["number", "sampler", *keys, "accuracy", "accuracy_low", "accuracy_high", "tokens_per_s",
+        cols = ["number", "sampler", *keys, "accuracy", "accuracy_lo", "accuracy_hi", "tokens_per_s",
                 "tokens_per_s_lo", "tokens_per_s_hi", "speedup", "speedup_lo", "speedup_hi"]
         hv, hv_lo, hv_hi = hypervolume_interval(diff, (0.0, 0.0), missing="point")
         span = f" [{hv_lo:.4g}, {hv_hi:.4g}] with every point at either end of its 95% intervals" \

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import polars as pl
 
-from analysis.intervals import Est, ests, mean
+from analysis.intervals import Est, ests, interval_columns, mean
 from analysis.labels import BASELINES, SAMPLER_KEYS, SAMPLER_NAMES, benchmark_name, setting
 from analysis.reference import PAPER_REFERENCE, comparable, delta_accuracy, reference_trials
 
 SPEEDUP_COLUMNS = ("number", "benchmark", "sampler", "setting", "baseline", "reference", "accuracy",
-                   "accuracy_low", "accuracy_high", "tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi", "paired",
+                   "accuracy_lo", "accuracy_hi", "tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi", "paired",
                    "speedup", "speedup_lo", "speedup_hi", "delta_accuracy", "delta_accuracy_lo", "delta_accuracy_hi")
 _SPEEDUP_SCHEMA = {**dict.fromkeys(SPEEDUP_COLUMNS, pl.Float64), "number": pl.Int64, "benchmark": pl.String,
                    "sampler": pl.String, "setting": pl.String, "baseline": pl.Boolean, "reference": pl.Boolean,
@@ -58,7 +58,7 @@ def speedup_table(df: pl.DataFrame) -> pl.DataFrame:
             text = ", ".join(setting(k, rec[k]) for k in keys[rec["sampler"]] if rec.get(k) is not None)
             rows.append({"number": rec["number"], "benchmark": rec["benchmark"], "sampler": rec["sampler"],
                          "setting": text, "baseline": bool(rec.get("baseline")), "reference": is_ref,
-                         "accuracy": acc.value, **_bounds("accuracy", acc, ("_low", "_high")),
+                         "accuracy": acc.value, **_bounds("accuracy", acc),
                          "tokens_per_s": tps.value, **_bounds("tokens_per_s", tps),
                          "paired": sp is not None, "speedup": sp.value if sp else None, **_bounds("speedup", sp),
                          "delta_accuracy": delta.value if delta else None, **_bounds("delta_accuracy", delta),
@@ -71,9 +71,10 @@ def speedup_table(df: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(out, schema=_SPEEDUP_SCHEMA)
 
 
-def _bounds(name: str, e: Est | None, suffix: tuple[str, str] = ("_lo", "_hi")) -> dict[str, float | None]:
+def _bounds(name: str, e: Est | None) -> dict[str, float | None]:
     known = e is not None and e.known
-    return {name + suffix[0]: e.lo if known else None, name + suffix[1]: e.hi if known else None}
+    lo, hi = interval_columns(name)
+    return {lo: e.lo if known else None, hi: e.hi if known else None}
 
 
 def speedup_est(row: dict) -> Est | None:
@@ -103,7 +104,7 @@ def format_speedup(table: pl.DataFrame, markdown: bool = False, reference: str =
             label += " = reference"
         elif r["baseline"]:
             label += " [baseline]"
-        cells = [str(r["number"]), label, _interval_text(r["accuracy"], r["accuracy_low"], r["accuracy_high"], ".3f"),
+        cells = [str(r["number"]), label, _interval_text(r["accuracy"], r["accuracy_lo"], r["accuracy_hi"], ".3f"),
                  _interval_text(r["tokens_per_s"], r["tokens_per_s_lo"], r["tokens_per_s_hi"], ".1f"),
                  _interval_text(r["speedup"], r["speedup_lo"], r["speedup_hi"], ".2f", "x") if r["paired"]
                  else "unpaired",

@@ -46,7 +46,7 @@ print("hypervolume w.r.t. (0, 0) [ends of the intervals]:",
       hypervolume_interval(diffusion, (0.0, 0.0), missing="point"))
 print("knee:", {k: v for k, v in (knee(diffusion) or {}).items()
                 if k in ["number", *varying(diffusion), "accuracy", "tokens_per_s"]})
-front.select([c for c in ["number", *varying(diffusion), "accuracy", "accuracy_low", "accuracy_high", "tokens_per_s",
+front.select([c for c in ["number", *varying(diffusion), "accuracy", "accuracy_lo", "accuracy_hi", "tokens_per_s",
                           "tokens_per_s_lo", "tokens_per_s_hi", "speedup", "speedup_lo", "speedup_hi"]
               if c in front.columns])
 

@@ -54,6 +54,7 @@ from recdiff.study.storage import (
 )
 from recdiff.trial.outcome import Outcome, State, evaluate
 from recdiff.trial.provenance import provenance
+from recdiff.trial.record import TrialRecord
 
 if TYPE_CHECKING:
     from recdiff.schema import Config
@@ -301,7 +302,8 @@ def log_trial(number: int, outcome: Outcome, params: dict[str, Any]) -> None:
     shown = " ".join(f"{k}={v}" for k, v in params.items() if k not in ("sampler", "benchmark"))
     if outcome.state == State.COMPLETE:
         a, tps = outcome.values
-        lo, hi = outcome.attrs["accuracy_low"], outcome.attrs["accuracy_high"]
+        rec = TrialRecord.of(outcome.attrs)   # a trial copied from an older journal holds older names
+        lo, hi = rec.accuracy_lo, rec.accuracy_hi
         log.info("trial %d COMPLETE accuracy=%.3f [%.3f, %.3f] tokens_per_s=%.1f | %s", number, a, lo, hi, tps, shown)
     else:
         why = outcome.attrs.get("fail_reason") or outcome.attrs.get("prune_reason")

@@ -105,7 +105,7 @@ def evaluate(path: str | Path = ASSET_DIR, n: int = 200, rows: str = "all", offs
             trial_plan = make_plan(compose_config(base + overrides))
             t0 = time.time()
             res = run_trial(work, trial_plan.trial, Path(tmp) / label.replace(" ", "_"))
-            row = {"accuracy": res.accuracy, "low": res.attrs["accuracy_low"], "high": res.attrs["accuracy_high"],
+            row = {"accuracy": res.accuracy, "low": res.attrs["accuracy_lo"], "high": res.attrs["accuracy_hi"],
                    "tokens_per_s": res.tokens_per_s, "core_passes_per_token": res.attrs["core_passes_per_token"],
                    "new_tokens": res.attrs["mean_new_tokens"], "wall_s": round(time.time() - t0, 1),
                    "params": {"name": trial_plan.sampler.name, **trial_plan.sampler.params()}}

@@ -12,8 +12,9 @@ Two passes, each after untimed warm-ups (allocations, compilation, graph capture
   With ``run.timing_batch`` B > 1 each timed call is ``B`` problems decoded side by side (:func:`side_by_side`), and
   both numbers are a batch's throughput: generated tokens per second of the whole call.
 
-Then the per-sample table, traces and scores (:mod:`recdiff.trial.samples`) and the user attributes (accuracy with its
-95% Wilson interval, core passes per token, peak memory ...; a LoopSpec trial's: :mod:`recdiff.trial.readouts`).
+Then the per-sample table, traces and scores (:mod:`recdiff.trial.samples`) and the user attributes, a
+:class:`~recdiff.trial.record.TrialRecord` (accuracy with its 95% Wilson interval, core passes per token, peak memory
+...; a LoopSpec trial's readouts: :mod:`recdiff.trial.readouts`).
 
 Failures are exceptions for the caller to record: :class:`~recdiff.errors.RecdiffError` = an invalid combination of
 settings, :class:`~recdiff.trial.deadline.TrialTimeout`, ``torch.OutOfMemoryError``/``MemoryError``, anything else.
@@ -32,6 +33,7 @@ from recdiff.timing import PairedTiming, PeakMemory, ReferenceTimingError, Sampl
 from recdiff.tokenizer import ByteCodec, encode_prompt
 from recdiff.trial.deadline import deadline
 from recdiff.trial.readouts import readout_attrs
+from recdiff.trial.record import TrialRecord
 from recdiff.trial.samples import record_samples
 
 if TYPE_CHECKING:
@@ -45,7 +47,7 @@ Tick = Callable[[int], None]   # progress: n samples done (also checks the deadl
 class TrialResult:
     accuracy: float
     tokens_per_s: float
-    attrs: dict[str, Any]                 # user attributes (docs/architecture.md, "Studies")
+    attrs: dict[str, Any]                 # user attributes: a TrialRecord's (recdiff/trial/record.py)
     rows: list[dict[str, Any]] = field(default_factory=list)
     picture: str | None = None            # for the dashboard: the first trace drawn, or LoopSpec's readouts
 
@@ -209,8 +211,8 @@ def run_trial(work: Workload, trial: TrialSpec, output_dir: str | os.PathLike) -
     kv = [s["kv_cache_bytes"] for s in samples.stats if s.get("kv_cache_bytes") is not None]
     if not kv and callable(getattr(work.model, "kv_cache_bytes", None)):
         kv = [work.model.kv_cache_bytes()]
-    attrs = dict(
-        accuracy_low=float(low), accuracy_high=float(high), n_samples=n, n_correct=k,
+    record = TrialRecord(
+        accuracy_lo=float(low), accuracy_hi=float(high), n_samples=n, n_correct=k,
         # generated tokens per wall-clock second over the whole slice at batch_size: a throughput, not tokens_per_s
         throughput_tokens_per_s=total_tokens / batch.seconds if batch.seconds > 0 else 0.0,
         batch_size=batch_size, speed_samples=n_speed, compiled=bool(work.model.engine_options.get("compile")),
@@ -220,8 +222,9 @@ def run_trial(work: Workload, trial: TrialSpec, output_dir: str | os.PathLike) -
         time_per_sample_s=float(call_seconds.sum()) / n_speed / run.timing_batch, timing_batch=run.timing_batch,
         samples_path=str(samples.path), trace_paths=samples.trace_paths, output_dir=str(out),
         **speed.attrs(),   # the paired timing: tokens/s interval, speed-up against the reference, rounds, threads
+        # what explains a LoopSpec trial's speed: how often the early readouts were right
+        **(readout_attrs(samples.stats) if sampler.name == "loopspec" else {}),
     )
-    if sampler.name == "loopspec":   # what explains its speed: how often the early readouts were right
-        attrs.update(readout_attrs(samples.stats))
+    attrs = record.attrs(sampler.name)
     return TrialResult(accuracy=float(work.benchmark.accuracy(samples.scores)), tokens_per_s=speed.tokens_per_s,
                        attrs=attrs, rows=rows, picture=samples.picture)

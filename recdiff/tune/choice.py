@@ -32,6 +32,8 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from recdiff.trial.record import TrialRecord
+
 Setting = Mapping[str, Any]
 
 
@@ -62,13 +64,13 @@ class Measured:
     @classmethod
     def of(cls, trial: FrozenTrial) -> Measured | None:
         """A COMPLETE trial with a paired speed-up; None for any other."""
-        a = trial.user_attrs
-        if trial.state != TrialState.COMPLETE or trial.values is None or a.get("speedup") is None:
+        a = TrialRecord.of(trial.user_attrs)   # of any version (a resumed tune's older trials)
+        if trial.state != TrialState.COMPLETE or trial.values is None or a.speedup is None:
             return None
-        return cls(trial.number, setting_of(trial.params), float(a["speedup"]), float(a["speedup_lo"]),
-                   float(a["speedup_hi"]), float(trial.values[0]), float(a["accuracy_low"]), float(a["accuracy_high"]),
+        return cls(trial.number, setting_of(trial.params), float(a.speedup), float(a.speedup_lo), float(a.speedup_hi),
+                   float(trial.values[0]), float(a.accuracy_lo), float(a.accuracy_hi),
                    trial.duration.total_seconds() if trial.duration is not None else None,
-                   a.get("speed_samples"), a.get("timing_rounds"), a.get("threads"))
+                   a.speed_samples, a.timing_rounds, a.threads)
 
     def speed(self) -> str:
         return f"{self.speedup:.2f}x [{self.speedup_lo:.2f}, {self.speedup_hi:.2f}]"

@@ -87,7 +87,7 @@ def _attrs(out: Path, n: int, sampler: dict, acc: float, tps: float, traced: boo
         make_trace(out / "trace_0.npz")
         traces = [str(out / "trace_0.npz")]
     timing = _timing(tps) if timed and tps else {}
-    return {**timing, "accuracy_low": max(acc - 0.05, 0.0), "accuracy_high": min(acc + 0.05, 1.0), "n_samples": 4,
+    return {**timing, "accuracy_lo": max(acc - 0.05, 0.0), "accuracy_hi": min(acc + 0.05, 1.0), "n_samples": 4,
             "core_passes_per_token": 8.0, "peak_memory_bytes": 10 * 2**20, "kv_cache_bytes": kv_bytes,
             "output_dir": str(out), "samples_path": str(out / "samples.parquet"), "trace_paths": traces,
             "config": {"sampler": {"name": sampler["name"], **{k: v for k, v in sampler.items() if k != "name"}},

@@ -91,15 +91,15 @@ def test_spearman_interval():
 
 
 def test_columns_to_estimates_and_group_means():
-    df = pl.DataFrame({"p": [1, 1, 2], "accuracy": [0.5, 0.6, 0.7], "accuracy_low": [0.4, 0.5, 0.6],
-                       "accuracy_high": [0.6, 0.7, 0.8], "tokens_per_s": [10.0, 20.0, 30.0],
+    df = pl.DataFrame({"p": [1, 1, 2], "accuracy": [0.5, 0.6, 0.7], "accuracy_lo": [0.4, 0.5, 0.6],
+                       "accuracy_hi": [0.6, 0.7, 0.8], "tokens_per_s": [10.0, 20.0, 30.0],
                        "tokens_per_s_lo": [9.0, None, 29.0], "tokens_per_s_hi": [11.0, None, 31.0]})
     assert ests(df, "accuracy")[0] == Est(0.5, 0.4, 0.6)
     assert not ests(df, "tokens_per_s")[1].known and ests(df, "tokens_per_s", missing="point")[1] == Est.exact(20.0)
     m = group_means(df, "p", ["accuracy", "tokens_per_s"])
     half = math.sqrt(0.1**2 + 0.1**2) / 2
     assert m["accuracy"].to_list() == pytest.approx([0.55, 0.7])
-    assert m["accuracy_low"].to_list() == pytest.approx([0.55 - half, 0.6])
+    assert m["accuracy_lo"].to_list() == pytest.approx([0.55 - half, 0.6])
     assert m["tokens_per_s_lo"].to_list() == [None, 29.0]     # a repeat without an interval: the mean has none
     assert speed_column(df) == "tokens_per_s"
     assert speed_column(df.with_columns(speedup=pl.lit(2.0))) == "speedup"

@@ -18,7 +18,7 @@ def test_study_dir_to_tidy_table(study_dir):
     df = load_trials(study_dir)
     assert len(df) == 19 and df["number"].to_list() == list(range(19))
     for col in ("study", "state", "sampler", "benchmark", "model", *SAMPLER_KEYS, "accuracy", "tokens_per_s",
-                "accuracy_low", "accuracy_high", "n_samples", "samples_path", "trace_paths", "kv_cache_bytes"):
+                "accuracy_lo", "accuracy_hi", "n_samples", "samples_path", "trace_paths", "kv_cache_bytes"):
         assert col in df.columns, col
     assert df["study"].unique().to_list() == ["synthetic"]
     assert df["state"].value_counts().sort("state").rows() == [("COMPLETE", 18), ("FAIL", 1)]

@@ -189,8 +189,8 @@ def test_noisy_front_of_a_trials_table():
     Trial 2 is beyond trial 0's intervals on both axes. Trial 3 has no tokens/s interval (recorded before
     intervals): its measured values count as exact."""
     df = pl.DataFrame({"number": [0, 1, 2, 3, 4], "state": ["COMPLETE"] * 4 + ["FAIL"],
-                       "accuracy": [0.50, 0.48, 0.30, 0.20, None], "accuracy_low": [0.45, 0.43, 0.28, 0.19, None],
-                       "accuracy_high": [0.55, 0.53, 0.32, 0.21, None],
+                       "accuracy": [0.50, 0.48, 0.30, 0.20, None], "accuracy_lo": [0.45, 0.43, 0.28, 0.19, None],
+                       "accuracy_hi": [0.55, 0.53, 0.32, 0.21, None],
                        "tokens_per_s": [100.0, 97.0, 50.0, 110.0, None],
                        "tokens_per_s_lo": [96.0, 93.0, 48.0, None, None],
                        "tokens_per_s_hi": [104.0, 101.0, 52.0, None, None]})
@@ -200,7 +200,7 @@ def test_noisy_front_of_a_trials_table():
 
 
 def test_hypervolume_interval_uses_the_ends_of_the_intervals():
-    df = pl.DataFrame({"accuracy": [0.5], "accuracy_low": [0.4], "accuracy_high": [0.6], "tokens_per_s": [100.0],
+    df = pl.DataFrame({"accuracy": [0.5], "accuracy_lo": [0.4], "accuracy_hi": [0.6], "tokens_per_s": [100.0],
                        "tokens_per_s_lo": [90.0], "tokens_per_s_hi": [110.0]})
     assert hypervolume_interval(df, (0, 0)) == pytest.approx((50.0, 36.0, 66.0))
     hv, lo, hi = hypervolume_interval(df.drop("tokens_per_s_lo", "tokens_per_s_hi"), (0, 0))

@@ -20,7 +20,7 @@ def grid() -> pl.DataFrame:
         rows.append({"number": i, "state": "COMPLETE", "sampler": "diffusion", "r_inner": r_inner, "beta": beta,
                      "r": 32, "accuracy": 0.3 + 0.02 * r_inner + 0.1 * beta,
                      "tokens_per_s": 300.0 / r_inner + 10 * beta,
-                     "accuracy_low": 0.25, "accuracy_high": 0.6})
+                     "accuracy_lo": 0.25, "accuracy_hi": 0.6})
     rows += [
         {"number": 5, "state": "COMPLETE", "sampler": "static", "r": 32, "accuracy": 0.42, "tokens_per_s": 36.0},
         {"number": 6, "state": "COMPLETE", "sampler": "static", "r": 8, "accuracy": 0.31, "tokens_per_s": 137.0},
@@ -66,15 +66,15 @@ def test_pareto_plot_static_r_picks_depths(grid):
 def _embedded_main_job() -> pl.DataFrame:
     """The main job's shape on the embedded default: every diffusion trial and the deep baselines at accuracy 1.0
     (Wilson interval [0.981, 1]), static AR r=4 and r=8 far below."""
-    acc = {"accuracy": 1.0, "accuracy_low": 0.981, "accuracy_high": 1.0}
+    acc = {"accuracy": 1.0, "accuracy_lo": 0.981, "accuracy_hi": 1.0}
     rows = [{"number": n, "state": "COMPLETE", "sampler": "diffusion", "r_inner": ri, "beta": 0.0, "r": 32,
              "tokens_per_s": tps, "tokens_per_s_lo": tps - 5, "tokens_per_s_hi": tps + 5, **acc}
             for n, ri, tps in [(0, 1, 258.2), (6, 2, 231.3), (7, 4, 178.4), (8, 8, 111.1)]]
     rows += [{"number": 1, "state": "COMPLETE", "sampler": "static", "r": 32, "tokens_per_s": 50.3, **acc},
              {"number": 2, "state": "COMPLETE", "sampler": "static", "r": 4, "tokens_per_s": 254.1,
-              "accuracy": 0.28, "accuracy_low": 0.222, "accuracy_high": 0.346},
+              "accuracy": 0.28, "accuracy_lo": 0.222, "accuracy_hi": 0.346},
              {"number": 3, "state": "COMPLETE", "sampler": "static", "r": 8, "tokens_per_s": 148.6,
-              "accuracy": 0.43, "accuracy_low": 0.363, "accuracy_high": 0.499},
+              "accuracy": 0.43, "accuracy_lo": 0.363, "accuracy_hi": 0.499},
              {"number": 4, "state": "COMPLETE", "sampler": "adaptive", "r": 32, "tokens_per_s": 195.0, **acc},
              {"number": 5, "state": "COMPLETE", "sampler": "speculative", "r": 32, "tokens_per_s": 93.9, **acc}]
     return pl.DataFrame(rows)
@@ -124,11 +124,11 @@ def test_pareto_plot_draws_ties_and_error_bars_on_both_axes():
     df = pl.DataFrame({"number": [0, 1, 2, 3], "state": ["COMPLETE"] * 4, "sampler": ["diffusion"] * 4,
                        "r_inner": [1, 2, 4, 8], "tokens_per_s": [100.0, 50.0, 40.0, 45.0],
                        "tokens_per_s_lo": [95.0, 48.0, 38.0, 43.0], "tokens_per_s_hi": [105.0, 52.0, 42.0, 47.0],
-                       "accuracy": [0.50, 0.52, 0.30, 0.51], "accuracy_low": [0.45, 0.47, 0.28, 0.46],
-                       "accuracy_high": [0.55, 0.57, 0.32, 0.56]})
+                       "accuracy": [0.50, 0.52, 0.30, 0.51], "accuracy_lo": [0.45, 0.47, 0.28, 0.46],
+                       "accuracy_hi": [0.55, 0.57, 0.32, 0.56]})
     ax = plots.plot_pareto(df, hue="r_inner")
     ybars, xbars = ax.collections[1].get_segments(), ax.collections[2].get_segments()
-    np.testing.assert_allclose([s[:, 1] for s in ybars], df.select("accuracy_low", "accuracy_high").to_numpy())
+    np.testing.assert_allclose([s[:, 1] for s in ybars], df.select("accuracy_lo", "accuracy_hi").to_numpy())
     np.testing.assert_allclose([s[:, 0] for s in xbars], df.select("tokens_per_s_lo", "tokens_per_s_hi").to_numpy())
     (rings,) = [c for c in ax.collections if c.get_label() == "not dominated beyond the 95% intervals"]
     assert sorted(map(tuple, rings.get_offsets().tolist())) == [(45.0, 0.51), (50.0, 0.52), (100.0, 0.50)]
@@ -191,7 +191,7 @@ def test_tradeoff_lines_per_group(grid):
 def test_tradeoff_error_bars_on_both_axes_average_repeats():
     """Two repeats at ε=0.01 (their mean's interval: MOVER, each side's distances in quadrature ÷ 2) and one at 0.1."""
     df = pl.DataFrame({"sampler": ["diffusion"] * 3, "epsilon": [0.01, 0.01, 0.1], "accuracy": [0.4, 0.5, 0.3],
-                       "accuracy_low": [0.3, 0.4, 0.2], "accuracy_high": [0.5, 0.6, 0.4],
+                       "accuracy_lo": [0.3, 0.4, 0.2], "accuracy_hi": [0.5, 0.6, 0.4],
                        "tokens_per_s": [80.0, 100.0, 200.0], "tokens_per_s_lo": [77.0, 96.0, 190.0],
                        "tokens_per_s_hi": [83.0, 104.0, 210.0]})
     ax = plots.plot_tradeoff(df, param="epsilon", baselines=False)

@@ -30,7 +30,7 @@ def _trial(sampler: str, params: dict, acc: float, tps: float, baseline: bool = 
     for k, v in params.items():
         dists[k] = (CategoricalDistribution(["shared", "per_step"]) if k == "kv_cache" else
                     IntDistribution(1, 128) if isinstance(v, int) else FloatDistribution(0.0, 2.0))
-    attrs = {"accuracy_low": acc - 0.1, "accuracy_high": acc + 0.1, "identity": IDENTITY,
+    attrs = {"accuracy_lo": acc - 0.1, "accuracy_hi": acc + 0.1, "identity": IDENTITY,
              "config": {"sampler": {"name": sampler, **params}}}
     if reference is not None:   # run.reference; a config without it was timed against static r=32
         attrs["config"]["run"] = {"reference": reference}
@@ -80,7 +80,7 @@ def test_speedup_and_delta_are_hand_computed(study):
     assert (got[0]["tokens_per_s_lo"], got[0]["tokens_per_s_hi"]) == pytest.approx((95.0, 105.0))
     assert [r["number"] for r in table.iter_rows(named=True) if r["reference"]] == [1]
     assert got[1]["baseline"] and got[3]["baseline"] and not got[0]["baseline"]
-    assert got[0]["accuracy_low"] == pytest.approx(0.4) and got[0]["accuracy_high"] == pytest.approx(0.6)
+    assert got[0]["accuracy_lo"] == pytest.approx(0.4) and got[0]["accuracy_hi"] == pytest.approx(0.6)
     # rows: the reference, the other baselines (static by r, adaptive), then the sweep's trials by number
     assert table["number"].to_list() == [1, 3, 2, 4, 0, 5]
     text = format_speedup(table)

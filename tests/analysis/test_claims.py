@@ -29,7 +29,7 @@ def measured(sampler: str, acc: float, tps: float, half: float = 0.005, spread: 
     `half=None` / `spread=None`: recorded without that interval (a study from before intervals)."""
     row = {"sampler": sampler, "accuracy": acc, "tokens_per_s": tps, **params}
     if half is not None:
-        row.update(accuracy_low=max(acc - half, 0.0), accuracy_high=min(acc + half, 1.0))
+        row.update(accuracy_lo=max(acc - half, 0.0), accuracy_hi=min(acc + half, 1.0))
     if spread is not None:
         row.update(tokens_per_s_lo=tps * (1 - spread), tokens_per_s_hi=tps * (1 + spread))
     if speedup is not None:
@@ -200,7 +200,7 @@ def test_kv_sharing():
         [static(r, 0.45, 48, kv_cache="per_step", kv_cache_bytes=1000) for r in (4, 32)]
     assert status(judges.kv_sharing_free, good) == "agrees"
     assert status(judges.kv_sharing_free, bad) == "disagrees"
-    v = verdict(judges.kv_sharing_free, [{**r, "accuracy_low": 0.3, "accuracy_high": 0.5} for r in good])
+    v = verdict(judges.kv_sharing_free, [{**r, "accuracy_lo": 0.3, "accuracy_hi": 0.5} for r in good])
     assert v.status == "inconclusive" and FLAT in v.checks[0].text
     assert status(judges.kv_sharing_free, [r for r in good if r["kv_cache"] == "shared"]) == "n/a"
 
@@ -264,7 +264,7 @@ def test_diffusion_against_loopspec(tmp_path):
     assert v.checks[2].passed is True and "differ from static AR (r=32)'s on 1 of 3 problems" in v.checks[2].text
     v = verdict(judges.diffusion_vs_loopspec, [ref, spec(2.0, acc=0.45, outputs=other), defaults(4.0, acc=0.45)])
     assert v.checks[2].passed is False and "-5.0 [" in v.checks[2].text
-    v = verdict(judges.diffusion_vs_loopspec, [{**ref, "accuracy_low": 0.3, "accuracy_high": 0.7},
+    v = verdict(judges.diffusion_vs_loopspec, [{**ref, "accuracy_lo": 0.3, "accuracy_hi": 0.7},
                                                spec(2.0, outputs=None), defaults(4.0)])
     assert v.checks[2].passed is None and "no per-sample tables" in v.checks[2].text
     assert status(judges.diffusion_vs_loopspec, [ref, spec(2.0)]) == "n/a"          # no diffusion defaults

@@ -20,7 +20,7 @@ def _samples(path: Path, accepted: list[list[int]]) -> str:
 
 def study(tmp_path: Path) -> pl.DataFrame:
     base = {"study": "s", "state": "COMPLETE", "benchmark": "compose", "init_scale": 0.0, "accuracy": 0.5,
-            "accuracy_low": 0.4, "accuracy_high": 0.6, "kv_cache_bytes": 1000}
+            "accuracy_lo": 0.4, "accuracy_hi": 0.6, "kv_cache_bytes": 1000}
     rows = [{**base, "number": 0, "sampler": "static", "r": 32, "kv_cache": "shared", "tokens_per_s": 20.0,
              "tokens_per_s_lo": 19.0, "tokens_per_s_hi": 21.0, "speedup": 1.0, "speedup_lo": 0.9, "speedup_hi": 1.1}]
     spec = [(1, 4, None, 0.75, None, 6.0, 9, 40.0, 2.0, [[1, 1, 0], [1]]),

@@ -37,7 +37,7 @@ def fake_run_trial(calls: list, fail: dict | None = None):
             raise fail[r]
         Path(output_dir).mkdir(parents=True, exist_ok=True)
         (Path(output_dir) / "samples.csv").write_text("problem_id,correct\n0,true\n")
-        attrs = dict(accuracy_low=0.0, accuracy_high=1.0, n_samples=1, core_passes_per_token=1.0,
+        attrs = dict(accuracy_lo=0.0, accuracy_hi=1.0, n_samples=1, core_passes_per_token=1.0,
                      peak_memory_bytes=1, kv_cache_bytes=None, samples_path=str(Path(output_dir) / "samples.parquet"),
                      trace_paths=[], output_dir=str(output_dir))
         return TrialResult(accuracy=r / 10, tokens_per_s=100 / r, attrs=attrs)

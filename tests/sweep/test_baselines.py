@@ -91,7 +91,7 @@ def test_baselines_are_recorded_once_reused_and_tabulated(tmp_path):
         cells = re.split(r"\s{2,}", rows[t.number].strip())   # columns: two spaces or more; cells hold single ones
         assert cells[-2] == speedup and cells[-1].split(" [")[0] == f"{delta:+.1f}", (t.number, rows[t.number])
         assert cells[-3].split(" [")[0] == f"{t.values[1]:.1f}"
-        lo, hi = a["accuracy_low"], a["accuracy_high"]
+        lo, hi = a["accuracy_lo"], a["accuracy_hi"]
         assert f"{t.values[0]:.3f} [{lo:.3f}, {hi:.3f}]" in rows[t.number]
 
 

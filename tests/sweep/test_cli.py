@@ -51,7 +51,7 @@ def test_main_command_records_four_complete_trials(main_run):
     for t in trials:
         assert {"sampler", "benchmark", "r", "r_inner", "beta", "eta", "epsilon", "wavefront"} <= set(t.params)
         assert 0.0 <= t.values[0] <= 1.0 and t.values[1] > 0
-        assert t.user_attrs["accuracy_low"] <= t.values[0] <= t.user_attrs["accuracy_high"]
+        assert t.user_attrs["accuracy_lo"] <= t.values[0] <= t.user_attrs["accuracy_hi"]
         assert t.user_attrs["config"]["sampler"]["r_inner"] == t.params["r_inner"]
         assert t.user_attrs["core_passes_per_token"] > 0 and t.user_attrs["peak_memory_bytes"] > 0
         assert {"git_commit", "device", "versions", "output_dir", "samples_path", "trace_paths"} <= set(t.user_attrs)

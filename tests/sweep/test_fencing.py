@@ -60,7 +60,7 @@ def test_a_paused_workers_late_result_is_dropped_and_logged_and_the_new_holders_
     assert DROPPED in caplog.text and caplog.text.count("result is dropped") == 1
     stale, retry = open_(plan).get_trials()
     assert stale.state == TrialState.FAIL and stale.values is None and stale.user_attrs["fail_kind"] == "worker_died"
-    assert not {"accuracy_low", "n_samples", "config"} & set(stale.user_attrs)   # nothing of A's measurement on it
+    assert not {"accuracy_lo", "n_samples", "config"} & set(stale.user_attrs)   # nothing of A's measurement on it
     assert retry.state == TrialState.COMPLETE and retry.values == [0.2, 50.0]
     assert retry.system_attrs["failed_trial"] == stale.number
     assert retry.system_attrs[rs.CLAIM_ATTR] != stale.system_attrs[rs.CLAIM_ATTR]

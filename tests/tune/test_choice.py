@@ -125,7 +125,7 @@ def test_the_verdict_keeps_the_defaults_unless_the_choice_beats_them_beyond_the_
 
 def test_measured_reads_a_complete_trial_and_nothing_else():
     start = datetime.datetime(2026, 1, 1)
-    attrs = {"speedup": 4.0, "speedup_lo": 3.9, "speedup_hi": 4.1, "accuracy_low": 0.93, "accuracy_high": 1.0}
+    attrs = {"speedup": 4.0, "speedup_lo": 3.9, "speedup_hi": 4.1, "accuracy_lo": 0.93, "accuracy_hi": 1.0}
     done = optuna.trial.create_trial(state=TrialState.COMPLETE, values=[1.0, 80.0], params={"r_inner": 1},
                                      distributions={"r_inner": SPACE["r_inner"]}, user_attrs=attrs)
     done.datetime_start, done.datetime_complete = start, start + datetime.timedelta(seconds=12)
@@ -133,6 +133,12 @@ def test_measured_reads_a_complete_trial_and_nothing_else():
     # a trial without the parameter sampler (recorded before the tune searched LoopSpec) is a diffusion setting
     assert (got.speedup, got.speedup_lo, got.accuracy, got.accuracy_lo, got.params, got.seconds) == \
         (4.0, 3.9, 1.0, 0.93, {"sampler": "diffusion", "r_inner": 1}, 12.0)
+    # a trial of a tune resumed on a journal written before recdiff/trial/record.py: accuracy_low/high
+    older = optuna.trial.create_trial(state=TrialState.COMPLETE, values=[1.0, 80.0], params={"r_inner": 1},
+                                      distributions={"r_inner": SPACE["r_inner"]},
+                                      user_attrs={"speedup": 4.0, "speedup_lo": 3.9, "speedup_hi": 4.1,
+                                                  "accuracy_low": 0.93, "accuracy_high": 1.0})
+    assert (Measured.of(older).accuracy_lo, Measured.of(older).accuracy_hi) == (0.93, 1.0)
     looped = optuna.trial.create_trial(
         state=TrialState.COMPLETE, values=[1.0, 90.0], params={"sampler": "loopspec", "r_draft": 4, "r_draft2": None},
         distributions={"sampler": CategoricalDistribution(["diffusion", "loopspec"]),
@@ -142,7 +148,7 @@ def test_measured_reads_a_complete_trial_and_nothing_else():
     assert setting_of({"benchmark": "compose", "r_inner": 2}) == {"sampler": "diffusion", "r_inner": 2}
     failed = optuna.trial.create_trial(state=TrialState.FAIL, params={}, distributions={})
     unpaired = optuna.trial.create_trial(state=TrialState.COMPLETE, values=[1.0, 80.0],
-                                         user_attrs={"accuracy_low": 0.9, "accuracy_high": 1.0})
+                                         user_attrs={"accuracy_lo": 0.9, "accuracy_hi": 1.0})
     assert Measured.of(failed) is None and Measured.of(unpaired) is None
 
 

@@ -62,7 +62,7 @@ def fake_run_trial(calls: list, loopspec=slow_loopspec):
         else:
             speed, acc = 8 / (s.r_inner + 1), 0.5 if s.epsilon > 0.1 else 1.0
         Path(output_dir).mkdir(parents=True, exist_ok=True)
-        attrs = dict(accuracy_low={1.0: 0.93, 0.5: 0.43}[acc], accuracy_high=1.0, n_samples=48,
+        attrs = dict(accuracy_lo={1.0: 0.93, 0.5: 0.43}[acc], accuracy_hi=1.0, n_samples=48,
                      output_dir=str(output_dir), speedup=speed, speedup_lo=speed * 0.97, speedup_hi=speed * 1.03,
                      timing_batch=run.timing_batch, speed_samples=run.speed_samples, timing_rounds=run.repeats,
                      threads=1, speedup_cells=cells(speed, run.speed_samples, run.repeats))

@@ -31,7 +31,7 @@ from recdiff.study.storage import CLAIMANT_ATTR
 from recdiff.tools.soak.chaos import Landed
 from recdiff.tools.soak.workers import Worker
 
-MEASURED = ("n_samples", "accuracy_low", "tokens_per_s_lo", "config")   # attributes only a measurement writes
+MEASURED = ("n_samples", "accuracy_lo", "tokens_per_s_lo", "config")   # attributes only a measurement writes
 DROPPED = re.compile(r"trial (\d+): this worker's claim was taken over")
 
 
