@@ -218,6 +218,9 @@ def run_trial(work: Workload, trial: TrialSpec, output_dir: str | os.PathLike) -
         batch_size=batch_size, speed_samples=n_speed, compiled=bool(work.model.engine_options.get("compile")),
         core_passes_per_token=sum(r["core_passes"] for r in rows) / total_tokens if total_tokens else 0.0,
         peak_memory_bytes=int(mem.bytes), kv_cache_bytes=int(max(kv)) if kv else None,
+        kv_bytes_per_token=max((s["kv_cache_bytes"] / (len(p) + r["new_tokens"]) for s, p, r in
+                                zip(samples.stats, prompts.ids, rows) if s.get("kv_cache_bytes") is not None),
+                               default=None),
         mean_new_tokens=total_tokens / n if n else 0.0,
         time_per_sample_s=float(call_seconds.sum()) / n_speed / run.timing_batch, timing_batch=run.timing_batch,
         samples_path=str(samples.path), trace_paths=samples.trace_paths, output_dir=str(out),

@@ -80,6 +80,8 @@ class TrialRecord:
                                             "resident set on a CPU")
     kv_cache_bytes: Optional[int] = stat("bytes", "K/V cache bytes one sequence's call asked for, the most over the "
                                          "slice")
+    kv_bytes_per_token: Optional[float] = stat("bytes/token", "K/V cache bytes a sequence's call asked for per token "
+                                               "of the sequence (prompt + generated), the most over the slice")
     # files
     output_dir: Optional[str] = stat("path", "the trial's folder")
     samples_path: Optional[str] = stat("path", "the per-sample table (parquet)")

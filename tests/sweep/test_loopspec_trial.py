@@ -55,13 +55,13 @@ def _trial(tmp_path, *sampler: str):
 @pytest.mark.slow
 @requires_fixture
 def test_a_loopspec_trial_records_its_readouts_and_answers_as_static_ar(tmp_path, monkeypatch):
-    seen = []
+    seen, prompted = [], []
     generate = recdiff.generate
 
     def watched(model, prompts, **kw):
         out = generate(model, prompts, **kw)
         if kw.get("sampler") == "loopspec" and kw.get("batch_size") == 4:   # the accuracy pass
-            seen[:] = out
+            seen[:], prompted[:] = out, prompts
         return out
 
     monkeypatch.setattr(recdiff, "generate", watched)
@@ -79,6 +79,9 @@ def test_a_loopspec_trial_records_its_readouts_and_answers_as_static_ar(tmp_path
     decoded = (rows["new_tokens"] - 1).clip(lower_bound=1)
     assert a["sequential_per_token"] == pytest.approx(2 * rows["steps"].sum() / decoded.sum())
     assert a["peak_lanes"] == max(r.stats["peak_lanes"] for r in seen) > 1
+    # the K/V cache each call asked for over the tokens its sequence held, the most of them
+    assert a["kv_bytes_per_token"] == pytest.approx(max(r.stats["kv_cache_bytes"] / (len(p) + r.stats["new_tokens"])
+                                                        for r, p in zip(seen, prompted)))
     q2 = [r.stats["q2_acceptance"] for r in seen if r.stats["q2_acceptance"] is not None]
     assert a["q2_acceptance"] is None if not q2 else min(q2) <= a["q2_acceptance"] <= max(q2)
     assert not {"q1_acceptance", "q2_acceptance", "sequential_per_token", "peak_lanes"} & set(static.attrs)
