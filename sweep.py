@@ -9,6 +9,8 @@ Bad input (a config typo, a wrong type, an out-of-range setting, an unknown or u
 ends with one line ``error: ...`` on stderr and exit code 2, before any model loads and with nothing recorded
 (``RECDIFF_TRACEBACK=1`` shows the traceback instead). A sweep that recorded trials and completed none, that lost a
 worker or its storage, or that ends with configurations neither COMPLETE nor recorded by it exits 1 with one line.
+A sweep that ends well prints its closing speed-up table, then what to look at next (:func:`next_steps`): the command
+that draws its Pareto figure and writes its report, and the dashboard's.
 """
 
 from __future__ import annotations
@@ -80,6 +82,59 @@ def print_speedup_table(root: Path, identities: list[Any]) -> None:
     print(f"\nstudy {name}: {table.height} trials, relative to {reference}\n{text}", flush=True)
 
 
+def _shown(path: str | Path) -> str:
+    """A path as typed from here: relative below the working directory; a storage URL without its password."""
+    text = str(path)
+    if "://" in text:
+        from sqlalchemy.engine import make_url
+
+        try:
+            return make_url(text).render_as_string(hide_password=True)
+        except Exception:  # noqa: BLE001  (not SQLAlchemy's: shown as it is)
+            return text
+    p = Path(text).absolute()
+    return str(p.relative_to(Path.cwd())) if p.is_relative_to(Path.cwd()) else str(p)
+
+
+def next_steps(root: Path) -> list[str]:
+    """What to look at once the sweep is over, for the study of ``root/study.json``: the command that draws its Pareto
+    figure and writes its report (``python -m analysis report``, into ``outputs/<study>/``), and the dashboard's
+    (``make dashboard`` where the study is in the default storage)."""
+    import json
+    import shlex
+
+    from analysis.load import DEFAULT_STORAGE
+
+    info = json.loads((root / "study.json").read_text())
+    storage, name, artifacts = str(info["storage"]), str(info["study_name"]), info.get("artifact_dir")
+    default = "://" not in storage and Path(storage).resolve() == DEFAULT_STORAGE.resolve()
+    here = Path(sys.executable).parent
+    python = _shown(sys.executable) if Path(sys.executable).absolute().is_relative_to(Path.cwd()) else "python"
+    dashboard = here / "optuna-dashboard"
+    dashboard_cmd = shlex.join([_shown(dashboard) if dashboard.exists() else "optuna-dashboard", _shown(storage),
+                                *(["--artifact-dir", _shown(artifacts)] if artifacts else [])])
+    source = [name] if default else [_shown(storage), "--study-name", name]
+    out = Path("outputs") / name
+    default_artifacts = artifacts is not None and Path(artifacts).resolve() == \
+        (DEFAULT_STORAGE.parent / "artifacts").resolve()
+    return [f"figure and report: {shlex.join([python, '-m', 'analysis', 'report', *source])}   "
+            f"(writes {out / 'pareto.png'} and {out / 'report.md'})",
+            f"dashboard: make dashboard   ({dashboard_cmd})" if default and default_artifacts else
+            f"dashboard: {dashboard_cmd}"]
+
+
+def print_next_steps(root: Path) -> None:
+    """:func:`next_steps`, printed after the closing table; nothing without a study.json (no trial recorded)."""
+    if not (root / "study.json").is_file():
+        return
+    try:
+        lines = next_steps(root)
+    except Exception as exc:  # noqa: BLE001  (the trials are recorded: only the pointers are missing)
+        print(f"next steps: not shown ({type(exc).__name__}: {exc})".splitlines()[0], file=sys.stderr, flush=True)
+        return
+    print("\n".join(lines), flush=True)   # the table ends with an empty line
+
+
 def cli(argv: list[str] | None = None) -> int:
     """Exit status: 0; 1 when the sweep recorded trials and completed none, lost a worker (a killed joblib worker, a
     SLURM job without a result) or its storage, or ends with configurations neither COMPLETE nor recorded by it; 2
@@ -129,6 +184,7 @@ def cli(argv: list[str] | None = None) -> int:
     if last is not None:
         try:
             print_speedup_table(last.root, last.identities)
+            print_next_steps(last.root)
         except KeyboardInterrupt:   # the trials are recorded: only the summary is cut short
             print("error: interrupted", file=sys.stderr)
             return 130

@@ -380,6 +380,60 @@ def test_analysis_report_on_the_main_command_study(main_run, tmp_path):
 
 
 @pytest.mark.slow
+@requires_fixture
+def test_the_main_command_ends_with_its_report_and_dashboard_commands(main_run, tmp_path):
+    """After its table the main job names the command that draws its figure and writes its report, and the
+    dashboard's; the report command, run as printed, writes the figure where it says."""
+    import shlex
+
+    tmp, info, proc = main_run
+    name = info["study_name"]
+    last = proc.stdout.rstrip().splitlines()[-2:]
+    report, dashboard = last[0].split(": ", 1), last[1].split(": ", 1)
+    assert report[0] == "figure and report" and dashboard[0] == "dashboard", last
+    command, writes = report[1].split("   ")
+    assert writes == f"(writes outputs/{name}/pareto.png and outputs/{name}/report.md)"
+    argv = shlex.split(command)
+    assert argv[1:] == ["-m", "analysis", "report", str(tmp / "journal.log"), "--study-name", name]
+    assert shlex.split(dashboard[1])[1:] == [str(tmp / "journal.log"), "--artifact-dir", str(tmp / "artifacts")]
+    assert Path(shlex.split(dashboard[1])[0]).name == "optuna-dashboard"
+    # run from the repository as printed (its interpreter, relative to there), into tmp_path: the figure is drawn
+    python = str(REPO / argv[0]) if not Path(argv[0]).is_absolute() and (REPO / argv[0]).exists() else sys.executable
+    done = subprocess.run([python, *argv[1:], "-o", str(tmp_path / "report"), "--formats", "png"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "report" / "pareto.png").stat().st_size > 0 and (tmp_path / "report" / "report.md").is_file()
+
+
+def test_the_next_steps_of_a_study_in_the_default_storage_are_make_targets(tmp_path, monkeypatch):
+    """In the default storage (outputs/optuna/journal.log, as `make sweep` writes) the report takes the study's name
+    and the dashboard is `make dashboard`."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sweep_entry", REPO / "sweep.py")   # `sweep` is this package
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    monkeypatch.chdir(tmp_path)
+    default = tmp_path / "outputs" / "optuna"
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "study.json").write_text(json.dumps(
+        {"storage": str(default / "journal.log"), "study_name": "embedded-compose",
+         "artifact_dir": str(default / "artifacts")}))
+    report, dashboard = sweep.next_steps(tmp_path / "sweep")
+    assert report == ("figure and report: python -m analysis report embedded-compose   "
+                      "(writes outputs/embedded-compose/pareto.png and outputs/embedded-compose/report.md)")
+    assert dashboard.startswith("dashboard: make dashboard   (") and \
+        dashboard.endswith("optuna-dashboard outputs/optuna/journal.log --artifact-dir outputs/optuna/artifacts)")
+    # elsewhere: the storage and the study by name, and optuna-dashboard's own command
+    (tmp_path / "sweep" / "study.json").write_text(json.dumps(
+        {"storage": "postgresql://me:secret@db/recdiff", "study_name": "s", "artifact_dir": str(tmp_path / "art")}))
+    report, dashboard = sweep.next_steps(tmp_path / "sweep")
+    assert "report 'postgresql://me:***@db/recdiff' --study-name s   (writes outputs/s/pareto.png" in report
+    assert dashboard.endswith("optuna-dashboard 'postgresql://me:***@db/recdiff' --artifact-dir art")
+    assert "secret" not in report + dashboard
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(not (EMBEDDED / "model.safetensors").exists(), reason="embedded model not shipped")
 def test_max_new_tokens_beyond_the_context_is_an_upper_limit(tmp_path):
     """The default run.max_new_tokens (256) exceeds the embedded model's room after a prompt: still COMPLETE."""
