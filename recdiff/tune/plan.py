@@ -232,6 +232,11 @@ class TunePlan:
         return Path(self.options.output_dir) / self.search.study.name
 
 
+def refuse_overwrite(path: Path) -> RecdiffError:
+    """A preset file there already (``tune.overwrite``, ``tune.name``)."""
+    return RecdiffError(f"preset {path} exists: tune.overwrite=true replaces it, tune.name=<name> writes another")
+
+
 def readout_depths(r: int, low: int) -> list[int]:
     """The depths from ``low`` below ``r`` that divide it: where a LoopSpec readout may fall (``r_draft`` must divide
     r; ``r_draft2``, a multiple of ``r_draft`` above it, is taken among them too)."""
@@ -323,7 +328,5 @@ def compose(argv: list[str]) -> TunePlan:
         raise RecdiffError(f"tune.holdout_limit={held['limit']}: the held-out interval resamples the timed problems, "
                            "so it needs at least two")
     if not options.overwrite and tp.preset_path().exists():   # before the search spends any time
-        from recdiff.tune.preset import refuse_overwrite
-
         raise refuse_overwrite(tp.preset_path())
     return tp

@@ -17,12 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from recdiff.errors import RecdiffError
 from recdiff.params import Provenance, SamplerParams
+from recdiff.tune.plan import TunePlan, refuse_overwrite
 
 if TYPE_CHECKING:
     from recdiff.tune.choice import Measured
-    from recdiff.tune.plan import TunePlan
 
 HEADER = """\
 # @package _global_
@@ -39,10 +38,6 @@ def settings(sampler: SamplerParams, searched: list[str]) -> dict[str, Any]:
     given = sampler.params()
     values = {k: given.get(k) for k in defaults if k in given or k in searched}
     return {k: v for k, v in values.items() if k in searched or v != getattr(defaults[k], "value", defaults[k])}
-
-
-def refuse_overwrite(path: Path) -> RecdiffError:
-    return RecdiffError(f"preset {path} exists: tune.overwrite=true replaces it, tune.name=<name> writes another")
 
 
 def write_preset(path: Path, values: dict[str, Any], provenance: Provenance, command: str,
