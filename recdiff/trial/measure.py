@@ -81,6 +81,17 @@ def encode_prompts(work: Workload, max_new_tokens: int, codec: Any) -> Prompts:
     return Prompts(texts, ids, limits)
 
 
+def shared_settings(work: Workload, run: RunConfig) -> tuple[dict[str, Any], Any]:
+    """The generation settings every call of a trial shares, its sampler's aside, and the codec of its prompts."""
+    tok = work.model.tokenizer
+    codec = tok if tok is not None else ByteCodec()
+    eos = getattr(codec, "eos_token_id", None)
+    base = dict(max_new_tokens=run.max_new_tokens, seed=run.seed, temperature=run.temperature, top_p=run.top_p,
+                stop_token_ids=[eos] if eos is not None else None,
+                stop_strings=list(work.benchmark.stop_strings or []) if tok is not None else None)  # bytes: cut later
+    return base, codec
+
+
 def _warm(gen: dict[str, Any], limits: list[int]) -> dict[str, Any]:
     """Warm-up settings: a short answer that fits every prompt of the pass."""
     return {**gen, "max_new_tokens": min([8, *limits])}
@@ -172,13 +183,8 @@ def run_trial(work: Workload, trial: TrialSpec, output_dir: str | os.PathLike) -
         raise RecdiffError(reason)
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tok = work.model.tokenizer
-    codec = tok if tok is not None else ByteCodec()
     params = sampler.params()
-    eos = getattr(codec, "eos_token_id", None)
-    base = dict(max_new_tokens=run.max_new_tokens, seed=run.seed, temperature=run.temperature, top_p=run.top_p,
-                stop_token_ids=[eos] if eos is not None else None,
-                stop_strings=list(work.benchmark.stop_strings or []) if tok is not None else None)  # bytes: cut later
+    base, codec = shared_settings(work, run)
     gen = {**base, "sampler": sampler.name, **params}
     ref_gen = reference_gen(trial, base)
     prompts = encode_prompts(work, run.max_new_tokens, codec)

@@ -4,7 +4,10 @@ slice beside the paper's defaults (and LoopSpec's), and write it as a preset of 
 
 Exit status: 0 (a preset written: the choice, or the paper's defaults kept); 1 (the tune could not finish: no
 feasible setting yet, a reference that did not complete, a storage lost); 2 (bad input, one line, before any model
-loads); 130 (interrupted: the running trial is re-queued, and the same command again continues the study).
+loads; or a ``tune.time_budget_s`` too small for the search's first trial and the confirmation, one line naming the
+least that holds them: before anything is measured, the reference's trial estimated by one probed call or as a
+resumed tune recorded it, and again once the reference is measured, which the next run keeps); 130 (interrupted:
+the running trial is re-queued, and the same command again continues the study).
 ``RECDIFF_TRACEBACK=1`` shows tracebacks instead of one line.
 """
 
@@ -36,7 +39,7 @@ def tune(argv: list[str], start: float) -> int:
     from recdiff.tune.choice import Measured, Row, choose, feasible, judge, runners_up, settings_text, table
     from recdiff.tune.confirm import confirm
     from recdiff.tune.preset import provenance, settings, slice_text, write_preset
-    from recdiff.tune.study import counted, measure_grid, measured, open_tuning, search
+    from recdiff.tune.study import check_budget, counted, measure_grid, measured, open_tuning, search
 
     plan, opts = tp.search, tp.options
     budget = Budget(opts.time_budget_s, start=start)
@@ -44,6 +47,7 @@ def tune(argv: list[str], start: float) -> int:
     torch.set_num_threads(threads)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     t = open_tuning(tp, budget, threads)                                    # studies opened, slices prepared
+    check_budget(t)          # a budget too small for the search's first trial and the confirmation: before measuring
     reference = sampler_text(plan.run.reference_sampler())
     over = "; ".join(f"{name} {', '.join(tp.searched(name))}" for name in tp.samplers())
     say(f"tune {plan.study.name}: {tp.hardware().label}, model {plan.model.name}, batch {tp.batch}; "
@@ -55,6 +59,7 @@ def tune(argv: list[str], start: float) -> int:
     floor = ref.accuracy_lo
     say(f"reference {reference} on the searched slice: accuracy {ref.acc()}; a setting is feasible at accuracy "
         f">= {floor:.3f} | {budget.shown()}")
+    check_budget(t, ref)     # as measured (the probe is a low estimate); the reference is kept for the next run
     say(f"search ended: {search(t, ref, floor, say)}")
 
     starts = tp.starts()                      # each sampler's defaults, the paper's first

@@ -25,7 +25,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from recdiff.errors import SweepStopped
+from recdiff.errors import RecdiffError, SweepStopped
 from recdiff.schema import Config
 from recdiff.study.identity import config_hash
 from recdiff.study.record import (
@@ -42,7 +42,7 @@ from recdiff.study.search import counts, make_sampler
 from recdiff.study.storage import fail_stale_trials, holding
 from recdiff.trial.deadline import TrialTimeout, deadline
 from recdiff.trial.outcome import State
-from recdiff.tune.budget import Budget, confirmation_s, next_trial_s
+from recdiff.tune.budget import MARGIN, Budget, confirmation_s, next_trial_s
 from recdiff.tune.choice import Measured, choose, constraint, feasible, setting_of, settings_text, since_gain
 from recdiff.tune.design import next_setting
 from recdiff.tune.plan import TunePlan
@@ -164,6 +164,67 @@ def reserve_s(t: Tuning, history: list[Measured | None], reference: Measured, fl
     own = [next((m.seconds for m in done if m.params == s), None) for s in starts]   # each sampler's defaults
     best = choose(done, floor, starts)
     return confirmation_s(reference.seconds or 0.0, [*own, best.seconds if best else None], holdout_factor(t.tp))
+
+
+def least_budget_s(t: Tuning, reference_s: float, measured: bool) -> float:
+    """The least ``tune.time_budget_s`` in which the search starts a trial, reckoned as the search reckons it
+    (:func:`search`): the time used so far, the reference's trial if it is still to be measured, then the search's
+    first trial (:func:`~recdiff.tune.budget.next_trial_s`) and the confirmation kept after it
+    (:func:`~recdiff.tune.budget.confirmation_s`: the reference, each sampler's defaults and the choice, none measured
+    yet, so each as long as the reference's trial)."""
+    others = [None] * (len(t.tp.starts()) + 1)
+    need = next_trial_s([], reference_s) + confirmation_s(reference_s, others, holdout_factor(t.tp))
+    return t.budget.elapsed() + (0.0 if measured else reference_s) + need
+
+
+def probe_reference_s(t: Tuning) -> float:
+    """A low estimate of the reference's trial, made before it is measured: one call of the reference on the searched
+    slice's first problem alone (after an untimed one), times the calls of its trial that each take at least as long:
+    its timed calls (``run.speed_samples`` × ``run.repeats``) and the batches of its accuracy pass."""
+    import recdiff
+    from recdiff.samplers import default_batch_size
+    from recdiff.timing import Timer, torch_threads
+    from recdiff.trial.measure import encode_prompts, shared_settings
+
+    run, work = t.tp.reference().run, t.load()
+    base, codec = shared_settings(work, run)
+    ref = run.reference_sampler()
+    prompts = encode_prompts(work, run.max_new_tokens, codec)
+    one = {**base, "sampler": ref.name, **ref.params(), "max_new_tokens": prompts.limits[0]}
+    with torch_threads(run.timing_threads):
+        recdiff.generate(work.model, prompts.ids[0], **one)   # allocations, kernel selection
+        with Timer(work.device) as timer:
+            recdiff.generate(work.model, prompts.ids[0], **one)
+    batches = math.ceil(len(prompts.ids) / (run.batch_size or default_batch_size(work.device)))
+    timed = (min(run.speed_samples, len(prompts.ids)) if run.timing_batch == 1 else run.speed_samples) * run.repeats
+    return timer.seconds * (timed + batches)
+
+
+def check_budget(t: Tuning, reference: Measured | None = None) -> None:
+    """Refuse (one line, :class:`RecdiffError`) a ``tune.time_budget_s`` that cannot hold the search's first trial
+    and the confirmation (:func:`least_budget_s`), naming the least that can. Before the reference is measured
+    (``reference`` None) its trial's length is the one a resumed tune recorded, else :func:`probe_reference_s`'s
+    estimate: a low one, so that a budget refused here is too small; after, the measured one. Not once the search holds
+    trials: it reckons with their durations itself (:func:`search`)."""
+    if t.budget.seconds is None or counted(t.search):   # a resumed search reckons with the trials it measured
+        return
+    if reference is None:
+        digest = config_hash(t.tp.reference())
+        done = [tr for tr in t.reference.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if tr.user_attrs.get("config_hash") == digest and tr.duration is not None]
+        measured = bool(done)
+        seconds = done[-1].duration.total_seconds() if done else probe_reference_s(t)
+    else:
+        measured, seconds = True, reference.seconds or 0.0
+    least = least_budget_s(t, seconds, measured)
+    if t.budget.seconds < least:
+        what = ("" if measured else "the reference's trial, ") + "the search's first trial and the confirmation"
+        took = f"took {seconds:.0f} s" if measured else f"probed at >= {seconds:.0f} s"
+        least = math.ceil(least)
+        raise RecdiffError(f"tune.time_budget_s={t.budget.seconds:g} cannot hold {what}: they need {least} s here "
+                           f"(the reference's trial {took}; the confirmation {len(t.tp.starts()) + 2} such trials "
+                           f"x {holdout_factor(t.tp):.3g} for the held-out slice x {MARGIN} margin): give "
+                           f"tune.time_budget_s={least} or more")
 
 
 def search(t: Tuning, reference: Measured, floor: float, say: Say) -> str:

@@ -137,6 +137,39 @@ def test_the_command_refuses_a_bad_override_in_one_line_with_exit_2(tmp_path, ar
     assert not (tmp_path / "j.log").exists()       # nothing opened, nothing recorded
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not (REPO / "recdiff" / "assets" / "embedded" / "model.safetensors").exists(),
+                    reason="embedded model not shipped")
+def test_a_budget_too_small_is_refused_in_one_line_before_anything_is_measured(tmp_path):
+    """The issue's command: a minute cannot hold the reference's trial, the search's first and the confirmation;
+    one line names the least budget (from a probed call of the reference), and nothing is measured."""
+    import re
+
+    import optuna
+
+    proc = subprocess.run([sys.executable, "-m", "recdiff.tune", "run.batch_size=1", "tune.time_budget_s=60",
+                           f"study.storage={tmp_path}/j.log", f"study.artifact_dir={tmp_path}/art",
+                           f"tune.output_dir={tmp_path}/out", f"tune.preset_dir={tmp_path}/p"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    [line] = proc.stderr.strip().splitlines()
+    found = re.fullmatch(r"error: tune.time_budget_s=60 cannot hold the reference's trial, the search's first trial "
+                         r"and the confirmation: they need (\d+) s here \(the reference's trial probed at >= (\d+) s; "
+                         r"the confirmation 4 such trials x 4.44 for the held-out slice x 1.5 margin\): give "
+                         r"tune.time_budget_s=(\d+) or more", line)
+    assert found, line
+    need, probed, give = map(int, found.groups())
+    # the reference's trial, the first search trial (1.5 of it), the confirmation (1.5 x 40/9 x 4 of it): 29.17 of it
+    assert need == give > 60 and need >= int(probed * (1 + 1.5 + 1.5 * 40 / 9 * 4)) - 1
+    from recdiff.study import open_storage
+
+    storage = open_storage(str(tmp_path / "j.log"))
+    assert all(not optuna.load_study(study_name=s, storage=storage).get_trials()
+               for s in optuna.get_all_study_names(storage))           # nothing measured
+    assert not (tmp_path / "p").exists()
+
+
 def test_an_existing_preset_is_refused_before_the_search_unless_told(tmp_path):
     where = ["run.batch_size=1", f"tune.preset_dir={tmp_path}"]
     assert compose(where).preset_path() == tmp_path / "embedded-cpu-acme-rocket-b1.yaml"
