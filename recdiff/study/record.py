@@ -54,7 +54,7 @@ from recdiff.study.storage import (
 )
 from recdiff.trial.outcome import Outcome, State, evaluate
 from recdiff.trial.provenance import provenance
-from recdiff.trial.record import TrialRecord
+from recdiff.trial.record import TrialRecord, read_attrs
 
 if TYPE_CHECKING:
     from recdiff.schema import Config
@@ -203,8 +203,9 @@ def reusable(study: optuna.Study, digest: str, identity: Mapping[str, Any]) -> t
 
 
 def reused_outcome(source_study: str, source: FrozenTrial) -> Outcome:
-    """The outcome of ``source`` recorded again: same values and measurements, a link to where they were measured."""
-    attrs = {k: v for k, v in source.user_attrs.items() if k not in ("sweep_token", "baseline")}
+    """The outcome of ``source`` recorded again: same values and measurements (under today's names,
+    :func:`recdiff.trial.record.read_attrs`), a link to where they were measured."""
+    attrs = {k: v for k, v in read_attrs(source.user_attrs).items() if k not in ("sweep_token", "baseline")}
     attrs["reused_from"] = {"study": source_study, "trial": source.number}
     return Outcome(State.COMPLETE, list(source.values), attrs, [])
 

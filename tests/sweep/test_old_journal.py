@@ -68,4 +68,12 @@ def test_a_sweep_on_an_old_journal_skips_or_copies_what_it_holds(journal, tmp_pa
     copied = load(str(journal), "new").get_trials()
     assert [t.state for t in copied] == [TrialState.COMPLETE] * 8
     assert {t.user_attrs["reused_from"]["study"] for t in copied} == {"old"}
+    # copied under today's names (recdiff/trial/record.py): the journal's accuracy_low/high become accuracy_lo/hi
+    originals = {t.number: t for t in load(str(journal), "old").get_trials()}
+    for t in copied:
+        source = originals[t.user_attrs["reused_from"]["trial"]].user_attrs
+        assert "accuracy_low" not in t.user_attrs
+        lo = source.get("accuracy_low", source.get("accuracy_lo"))
+        hi = source.get("accuracy_high", source.get("accuracy_hi"))
+        assert (t.user_attrs["accuracy_lo"], t.user_attrs["accuracy_hi"]) == (lo, hi) and lo is not None
     assert not list((tmp_path / "b").rglob("samples.parquet"))                 # nothing was decoded
