@@ -30,6 +30,7 @@ from recdiff.config import RecurrentConfig
 from recdiff.families import get_family
 from recdiff.layers import RMSNorm
 from recdiff.layers import rope_table as rope_table  # Huginn's table, imported from here before recdiff.layers
+from recdiff.params import SamplerParams
 
 
 class RecurrentDepthModel(nn.Module):
@@ -195,19 +196,19 @@ class RecurrentDepthModel(nn.Module):
         earlier one was exited at (models with an exit gate)."""
         return torch.sigmoid(self.exit_gate(state).float())[..., 0]
 
-    def refuses(self, sampler: str, params: dict) -> str | None:
-        """Why this model cannot run ``sampler`` with ``params`` (None: it can): a family's loop decides what a
-        sampler's settings mean on it."""
+    def refuses(self, p: SamplerParams) -> str | None:
+        """Why this model cannot run a sampler with the parameters ``p`` (None: it can): a family's loop decides
+        what a sampler's settings mean on it."""
         if not self.injection:
             family = self.config.family
-            if params.get("init_scale"):
-                return (f"init_scale={params['init_scale']} on a {family} model: its loop has no initial state to "
+            if p.init_scale:
+                return (f"init_scale={p.init_scale} on a {family} model: its loop has no initial state to "
                         "draw (the embedding enters as the first recurrence's input); use init_scale=0")
-            if sampler == "diffusion":
+            if p.name == "diffusion":
                 return (f"the diffusion sampler needs input injection, which a {family} model has not: a position "
                         "whose token changes never sees its new embedding after its first recurrence "
                         "(docs/samplers.md, \"On models without input injection\")")
-        if params.get("exit_threshold") is not None and self.exit_gate is None:
+        if getattr(p, "exit_threshold", None) is not None and self.exit_gate is None:
             return f"exit_threshold needs an exit gate, which a {self.config.family} model has not (use epsilon)"
         return None
 

@@ -201,8 +201,7 @@ FREEZE = Param(Freeze.adaptive, one_of("adaptive", "fixed"),
 FREEZE_RULE = Param(FreezeRule.prefix, one_of("prefix", "last"),
                     "prefix: every compared position up to k* below ε (eq. conv); last: the last one below ε")
 ADAPTIVE_RULE = Param(AdaptiveRule.paper, one_of("paper", "reference"),
-                      "paper (recdiff) or reference (the authors' rule, token for token; README, \"Matching the "
-                      "authors' reference\")")
+                      "paper (recdiff) or reference (the authors' rule, token for token; docs/parity.md)")
 R_FREEZE = Param(None, optional(recurrence),
                  "recurrence budget per position: null = r in fixed mode, none in adaptive mode",
                  space=numeric(1, 4096, log=True))
@@ -271,6 +270,18 @@ class SamplerParams:
     def params(self) -> dict[str, Any]:
         """The keyword arguments for ``recdiff.generate``: every set value (None = the sampler's own choice)."""
         return {f.name: _plain(getattr(self, f.name)) for f in self.declared() if getattr(self, f.name) is not None}
+
+    def values(self) -> dict[str, Any]:
+        """Every parameter's value, plain (enums as their strings, None where unset)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in self.declared()}
+
+    @classmethod
+    def checked(cls, values: dict[str, Any]) -> SamplerParams:
+        """The one way in for settings given as keyword arguments (``recdiff.generate``, lm-eval's model_args):
+        defaults filled in, unknown names, bad values and bad combinations refused in one :class:`RecdiffError`
+        line, and the typed parameters the sampler runs with returned."""
+        name = cls.__dataclass_fields__["name"].default
+        return cls(**validate(name, values, cls.spec(), cls.rules))
 
     def complaint(self) -> str | None:
         """Why this combination cannot run (None when it can): the sampler's own rules, as ``recdiff.generate``

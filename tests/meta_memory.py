@@ -8,21 +8,21 @@ import torch
 
 from recdiff.config import RecurrentConfig
 from recdiff.model import RecurrentDepthModel
-from recdiff.samplers import _module
+from recdiff.samplers import _module, check_params
 from recdiff.samplers.base import Options, Selector, StopCondition
 from recdiff.tools.bench import SHAPES
 
 GB = 1e9
 
 
-def _tensors(obj) -> list[torch.Tensor]:
-    found = []
-    for v in vars(obj).values():
-        if isinstance(v, torch.Tensor):
-            found.append(v)
-        elif isinstance(v, (list, tuple)):
-            found += [t for t in v if isinstance(t, torch.Tensor)]
-    return found
+def _tensors(batch) -> list[torch.Tensor]:
+    """The batch's own tensors and the buffers its runner keeps for it (state, a step's outputs under graphs), once."""
+    found = {}
+    for v in [*vars(batch).values(), list(batch.runner._buffers.values())]:
+        for t in v if isinstance(v, (list, tuple)) else [v]:
+            if isinstance(t, torch.Tensor):
+                found[id(t)] = t
+    return list(found.values())
 
 
 def meta_huginn() -> RecurrentDepthModel:
@@ -40,6 +40,6 @@ def predicted_bytes(model: RecurrentDepthModel, sampler: str, params: dict, slot
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     opts = Options(model=model, select=Selector(0.0, 1.0), stop=StopCondition(None, None, None), slots=slots,
                    longest=longest)
-    batch = _module(sampler).make_batch(opts, params)
+    batch = _module(sampler).make_batch(opts, check_params(sampler, params))
     state = sum(t.numel() * t.element_size() for t in _tensors(batch))
     return weights, batch.runner.cache.nbytes(), state, batch

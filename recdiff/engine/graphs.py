@@ -14,15 +14,15 @@ an output too long is caught on a CPU too.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Hashable
 
 import torch
 from torch import Tensor
 
 
 class Graphs:
-    """The graphs of one runner, one per name and input shapes (:meth:`run`). ``wrap`` is applied to a step
-    function once, before it is captured."""
+    """The graphs of one runner, one per step, input shapes and dtypes and fixed buffers (:meth:`run`). ``wrap`` is
+    applied to a step function once, before it is captured."""
 
     def __init__(self, emulate: bool, wrap: Callable[[Callable[..., Any]], Callable[..., Any]],
                  keeps: Callable[[Tensor], bool] = lambda t: False) -> None:
@@ -30,14 +30,16 @@ class Graphs:
         self.captured: dict[tuple, Graphed | EmulatedGraph] = {}  # in capture order (a replay may overwrite the later)
         self.pool: Any = None  # the CUDA memory pool every graph of this runner is captured into
 
-    def run(self, name: str, fn: Callable[..., Any], inputs: tuple[Tensor, ...], fixed: int = 0) -> Any:
-        """``fn(*inputs)``, replayed from the graph captured for these input shapes and ``name`` (which must name
-        everything else ``fn`` depends on); the first ``fixed`` inputs are the caller's own buffers, the same tensors
-        at every call, which the graph reads (and ``fn`` may write) where they are, with no copy."""
-        key = (name, *(tuple(t.shape) for t in inputs))
+    def run(self, st: Hashable, fn: Callable[..., Any], inputs: tuple[Tensor, ...], fixed: int = 0) -> Any:
+        """``fn(*inputs)``, replayed from the graph captured for the step ``st`` (whose key names everything else
+        ``fn`` depends on: :mod:`recdiff.engine.step`) with inputs of these shapes and dtypes; the first ``fixed``
+        inputs are the caller's own buffers, the same tensors at every call, which the graph reads (and ``fn`` may
+        write) where they are, with no copy: where they are is part of the key, so other buffers (another setting's
+        state of another shape, say) get a graph of their own."""
+        key = (st, *((t.shape, t.dtype) for t in inputs), *(_where(t) for t in inputs[:fixed]))
         g = self.captured.get(key)
         if g is None:
-            check_held(fn, self.keeps, name)
+            check_held(fn, self.keeps, st)
             if self.emulate:
                 g = EmulatedGraph(self.wrap(fn), inputs, fixed, later=self.captured)
             else:
@@ -67,7 +69,6 @@ class Graphed:
             self.outputs = fn(*self.inputs)
 
     def __call__(self, *inputs: Tensor) -> Any:
-        check_fixed(self.inputs, inputs, self.fixed)
         for buf, t in zip(self.inputs[self.fixed :], inputs[self.fixed :]):
             buf.copy_(t)
         self.graph.replay()
@@ -88,7 +89,6 @@ class EmulatedGraph:
         self.order, self.index = later, len(later) if later is not None else 0
 
     def __call__(self, *inputs: Tensor) -> Any:
-        check_fixed(self.inputs, inputs, self.fixed)
         for buf, t in zip(self.inputs[self.fixed :], inputs[self.fixed :]):
             buf.copy_(t)
         for g in list((self.order or {}).values())[self.index + 1 :]:
@@ -109,7 +109,7 @@ def poison(t: Tensor) -> Tensor:
                    else True)
 
 
-def check_held(fn: Callable[..., Any], keeps: Callable[[Tensor], bool], name: str) -> None:
+def check_held(fn: Callable[..., Any], keeps: Callable[[Tensor], bool], name: Any) -> None:
     """A graph outlives the call that captured it, and a CUDA graph reads the memory of every tensor its function
     holds (a ``functools.partial``'s arguments, a closure's cells) where it was at the capture: each must live as
     long as the graph (``keeps``), or a later replay reads freed memory. Checked at every capture, emulated too
@@ -123,14 +123,8 @@ def check_held(fn: Callable[..., Any], keeps: Callable[[Tensor], bool], name: st
         raise RuntimeError(f"graph {name!r}: its function holds a tensor that does not live as long as the graph")
 
 
-def check_fixed(captured: list[Tensor], inputs: tuple[Tensor, ...], fixed: int) -> None:
-    """A graph's fixed inputs must be the memory it was captured with (it reads and writes them there): the same
-    buffers, or the same views of them (a later batch's view of a runner's buffer is another tensor object)."""
-    if any(a is not b and _where(a) != _where(b) for a, b in zip(captured[:fixed], inputs)):
-        raise RuntimeError("a graph's fixed inputs must be the buffers it was captured with")
-
-
 def _where(t: Tensor) -> tuple:
+    """Where a fixed input is: a graph reads and writes it there (the same buffer, or the same view of it)."""
     return t.data_ptr(), t.shape, t.stride(), t.dtype, t.device
 
 

@@ -6,16 +6,16 @@ inputs that costs as much per call as a whole recurrence of a small model (docs/
 dynamo only to capture the function once per specialisation (:func:`prepare`'s signature), compiles the graph with
 inductor, and from then on calls the compiled graph itself with its inputs gathered by one generated expression,
 and where it can, inductor's generated code below the graph's per-call wrappers (:func:`direct`). A runner's
-:class:`Programs` picks the program of each call (by name and specialisation) and checks the signatures its callers
+:class:`Programs` picks the program of each call (by step and specialisation) and checks the signatures its callers
 vouch for.
 
 Contract of the functions compiled this way (the engine's pieces respect it):
 
-- ``fn(model, owner, args)``: ``model`` and ``owner`` (the runner) are fixed for the program's life (their tensors
-  are looked up once, at capture; the model's parameters are copied into the graph as constants, see
-  :data:`PATCHES`); ``args`` is a tuple of tensors, the only thing that changes between calls.
+- a :class:`~recdiff.engine.step.Step` ``st(owner, *args)``: ``owner`` (the runner, and its model) is fixed for the
+  program's life (its tensors are looked up once, at capture; the model's parameters are copied into the graph as
+  constants, see :data:`PATCHES`); ``args`` are tensors, the only thing that changes between calls.
 - no Python side effects (nothing assigned to objects, no prints); no randomness; every Python constant the
-  function depends on (a flag, ε, η, a count) is part of ``name``, which keys the program.
+  function depends on (a flag, ε, η, a count) is in the step's constants, which key the program with it.
 - it returns a tuple of new tensors. It may write into its argument tensors (the graph makes the same writes; the
   capture's check in :func:`direct` compares them too); its caller then hands them in contiguous and vouched for
   (:class:`Programs`' ``sig``), as :func:`prepare` would otherwise hand the program a copy.
@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from recdiff import compat
+from recdiff.engine.step import Step
 
 # inductor's C++ wrapper calls the kernels from C++ (faster calls of a small model's layers than its Python wrapper,
 # at a longer compile: docs/speed.md); RECDIFF_CPP_WRAPPER=0 selects the Python wrapper
@@ -52,7 +53,6 @@ CPP_WRAPPER = os.environ.get("RECDIFF_CPP_WRAPPER", "1") != "0"
 PATCHES = {"cpp_wrapper": CPP_WRAPPER, "freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
            "autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}
 
-Fn = Callable[[Any, Any, tuple[Tensor, ...]], tuple[Tensor, ...]]
 
 FEATURE = "compile=True on a CPU (the CPU compile path)"
 
@@ -105,7 +105,7 @@ def _layout(shape: torch.Size) -> tuple[tuple[int, ...], tuple[bool, ...]]:
 
 def prepare(args: tuple[Tensor, ...]) -> tuple[tuple[Tensor, ...], tuple]:
     """The arguments with row-major strides (compiled graphs assume their inputs' layout; a copy only where one has
-    other strides) and what a captured graph is specialised on besides its name: the dtype and the size-1
+    other strides) and what a captured graph is specialised on besides its step: the dtype and the size-1
     dimensions of each argument (dynamo specialises sizes 0 and 1 even under dynamic shapes), and whether the first
     argument has :data:`MANY_ROWS` rows or more (two graphs per piece at most, each blocked for its kind of call).
     One pass over the arguments: this runs before every compiled call that no caller vouched for."""
@@ -124,9 +124,9 @@ def prepare(args: tuple[Tensor, ...]) -> tuple[tuple[Tensor, ...], tuple]:
 class Program:
     """``fn`` compiled for one specialisation; call it with ``args`` of that specialisation only."""
 
-    def __init__(self, fn: Fn, model: Any, owner: Any, patches: dict[str, Any] | None = None,
+    def __init__(self, st: Step, model: Any, owner: Any, patches: dict[str, Any] | None = None,
                  static: tuple[tuple[int, ...], ...] | None = None) -> None:
-        self.fn, self.model, self.owner, self.patches = fn, model, owner, patches or {}
+        self.st, self.model, self.owner, self.patches = st, model, owner, patches or {}
         self.static = static  # per argument, the dimensions kept static (the caller's constants: slots, S, E, V)
         self.compiled: Callable[..., Any] | None = None
         self.gather: Callable[[tuple[Tensor, ...], list[Any]], list[Any]] | None = None
@@ -163,7 +163,7 @@ class Program:
 
         # each capture gets a code object of its own, so dynamo keeps exactly one graph for it
         def piece(model: Any, owner: Any, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-            return self.fn(model, owner, args)
+            return self.st(owner, *args)
 
         # only the arguments' dimensions vary; weights and KV buffers keep static shapes (a symbolic size is one more
         # input to convert on every call). The marks go on aliases (the same memory): dynamo keeps a mark on the tensor
@@ -197,13 +197,13 @@ class Program:
         # returned input, or a tensor returned twice, outside the graph)
         if len(graph_out) != 1 or not isinstance(out, tuple) or len(out) != len(graph_out[0]) or any(
                 a is not b for a, b in zip(out, graph_out[0])):
-            raise TypeError(f"{self.fn.__qualname__}: a Program must return a tuple of distinct new tensors")
+            raise TypeError(f"{self.st.name}: a Program must return a tuple of distinct new tensors")
         return out
 
     def _plan(self, sources: list[str]) -> None:
         """One expression that gathers the graph's inputs in placeholder order: per-call ones from ``args``
         (``L['args'][i]`` and their sizes), the others (weights, KV buffers and their sizes) looked up now."""
-        env = {"L": {"model": self.model, "owner": self.owner}, "G": self.fn.__globals__}
+        env = {"L": {"model": self.model, "owner": self.owner}, "G": self.st.fn.__globals__}
         parts = []
         for src in sources:
             if src.startswith("L['args']"):
@@ -277,56 +277,56 @@ SMALL = {"cpp_wrapper": False, "size_asserts": False, "alignment_asserts": False
 
 
 class Programs:
-    """The compiled programs of one runner, by name and specialisation: each call of :meth:`run` goes to its own.
-    ``model`` and ``owner`` (the runner, which a piece takes as its second argument) are fixed for the table's life."""
+    """The compiled programs of one runner, by step and specialisation: each call of :meth:`run` goes to its own.
+    ``model`` and ``owner`` (the runner, which a step takes as its first argument) are fixed for the table's life."""
 
     def __init__(self, model: Any, owner: Any) -> None:
         self.model, self.owner = model, owner
         self.compiled: dict[tuple, Program] = {}
-        # (name, a caller's sig) → [program, prepare's sig, calls, the static dimensions' sizes]
+        # (step, a caller's sig) → [program, prepare's sig, calls, the static dimensions' sizes]
         self.vouched: dict[tuple, list] = {}
 
-    def run(self, name: str, fn: Fn, args: tuple[Tensor, ...], patches: dict[str, Any] | None = None,
+    def run(self, st: Step, args: tuple[Tensor, ...], patches: dict[str, Any] | None = None,
             sig: tuple | None = None, static: tuple[tuple[int, ...], ...] | None = None) -> tuple[Tensor, ...]:
-        """``fn(model, owner, args)`` as the compiled program of ``name`` (which must name every constant ``fn``
-        depends on) for this specialisation of ``args``, compiled with inductor's ``patches`` over :data:`PATCHES`
-        (e.g. :data:`SMALL`). A caller that knows its arguments' specialisation hands it in as ``sig``
+        """``st(owner, *args)`` as the compiled program of the step (its key: the function and every constant,
+        :mod:`recdiff.engine.step`) for this specialisation of ``args``, compiled with inductor's ``patches`` over
+        :data:`PATCHES` (e.g. :data:`SMALL`). A caller that knows its arguments' specialisation hands it in as ``sig``
         (:meth:`_vouched`) and skips :func:`prepare`'s pass over them; with it, ``static`` may name per argument the
         dimensions that are the owner's constants (slots, cache length, model widths), compiled as fixed sizes
-        (fewer sizes to pass, loops of known length)."""
+        (fewer sizes to pass, loops of known length; other sizes there are another program)."""
         if sig is not None:
-            entry = self.vouched.get((name, sig))
+            key = (st, sig, _sizes(args, static) if static else None)
+            entry = self.vouched.get(key)
             if entry is None or entry[2] % CHECK_EVERY == 0:
-                entry = self._vouched(name, sig, fn, args, patches, static)
+                entry = self._vouched(key, st, args, patches, static)
             entry[2] += 1
             return entry[0](args)
         args, psig = prepare(args)
-        key = (name, psig)
+        key = (st, psig)
         prog = self.compiled.get(key)
         if prog is None:
-            prog = self.compiled[key] = Program(fn, self.model, self.owner, patches)
+            prog = self.compiled[key] = Program(st, self.model, self.owner, patches)
         return prog(args)
 
-    def _vouched(self, name: str, sig: tuple, fn: Fn, args: tuple[Tensor, ...], patches: dict[str, Any] | None,
+    def _vouched(self, key: tuple, st: Step, args: tuple[Tensor, ...], patches: dict[str, Any] | None,
                  static: tuple[tuple[int, ...], ...] | None = None) -> list:
-        """The ``[program, prepare's signature, calls, sizes]`` entry of a caller's own ``sig``, checked against
-        :func:`prepare` (on its first call and every :data:`CHECK_EVERY`-th after): the caller vouches that its
-        arguments are contiguous as they are (a batch-1 view's odd stride in a size-1 dimension is never read) and
-        that ``sig`` differs wherever prepare's signature would. A caller that breaks this fails here, in one line."""
+        """The ``[program, prepare's signature, calls]`` entry of a caller's own ``sig`` (in ``key``), checked
+        against :func:`prepare` (on its first call and every :data:`CHECK_EVERY`-th after): the caller vouches that
+        its arguments are contiguous as they are (a batch-1 view's odd stride in a size-1 dimension is never read)
+        and that ``sig`` differs wherever prepare's signature would. A caller that breaks this fails here, in one
+        line."""
         _, psig = prepare(args)
-        key = (name, sig)
         entry = self.vouched.get(key)
-        if not all(a.is_contiguous() for a in args) or (entry is not None and entry[1] != psig) or (
-                entry is not None and static and entry[3] != _sizes(args, static)):
-            raise RuntimeError(f"{name[:60]}: arguments other than their caller's signature {sig} says "
+        if not all(a.is_contiguous() for a in args) or (entry is not None and entry[1] != psig):
+            raise RuntimeError(f"{st.name}: arguments other than their caller's signature {key[1]} says "
                                f"(shapes {[tuple(a.shape) for a in args]})")
         if entry is None:
-            # a program with static dimensions is its own: an unvouched call of the same name must not get it
-            pkey = (name, psig) if static is None else (name, psig, static)
+            # a program with static dimensions is its own: an unvouched call of the same step must not get it
+            pkey = (st, psig) if static is None else (st, psig, static, key[2])
             prog = self.compiled.get(pkey)
             if prog is None:
-                prog = self.compiled[pkey] = Program(fn, self.model, self.owner, patches, static)
-            entry = self.vouched[key] = [prog, psig, 0, _sizes(args, static) if static else None]
+                prog = self.compiled[pkey] = Program(st, self.model, self.owner, patches, static)
+            entry = self.vouched[key] = [prog, psig, 0]
         return entry
 
 

@@ -16,37 +16,29 @@ Every piece runs in one of three ways (``model.engine_options``, set by :func:`s
   decoding steps and wavefronts of any width share the same few graphs, so a benchmark slice never triggers a
   compilation after the first prompts (tested). Recurrences with no decision between them run ``CHUNK`` per call.
 - CUDA, ``compile=True``: whole sampler steps are captured as CUDA graphs per shape and replayed
-  (:meth:`Runner.graphed`, :mod:`recdiff.engine.graphs`); widths are padded to powers of two so that a run meets
+  (:meth:`Runner.step`, :mod:`recdiff.engine.graphs`); widths are padded to powers of two so that a run meets
   few shapes.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import struct
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from recdiff import fused
 from recdiff.cache import SlotKV
+from recdiff.engine import pieces
 from recdiff.engine.graphs import Graphs
-from recdiff.engine.pieces import (
-    core_piece,
-    decode_piece,
-    embed_piece,
-    exit_piece,
-    gate_exit_piece,
-    lane_core_piece,
-    lane_decode_piece,
-    lane_embed_piece,
-    own_calls,
-    plane_decode_piece,
-    raw_decode_piece,
-    window_piece,
-)
-from recdiff.engine.program import Programs, internals
+from recdiff.engine.pieces import own_calls
+from recdiff.engine.program import SMALL, Programs, internals
+from recdiff.engine.step import Step, make_step
 from recdiff.model import RecurrentDepthModel
 
 
@@ -58,6 +50,8 @@ def set_compile(model: RecurrentDepthModel, compile: bool) -> None:
         internals()
     model.set_fused(bool(compile) and fused.available(model.device.type))
     model.engine_options = {**model.engine_options, "compile": bool(compile)}
+    if os.environ.get("RECDIFF_EMULATE_GRAPHS") == "1":  # the graph path on a CPU, for a whole sweep (tests)
+        model.engine_options["emulate_graphs"] = True
 
 
 CHUNK = 4  # recurrences per compiled call when nothing is decided between them (r' = 4, the paper's default, in one)
@@ -104,6 +98,8 @@ class Runner:
         self.per_step = policy in ("per_step", "lanes")  # core K/V in one plane per recurrence
         self.graphs = Graphs(emulate, functools.partial(own_calls, self), self.keeps)
         self._buffers: dict[tuple, Tensor] = {}
+        self._views: dict[tuple, tuple[Tensor, ...]] = {}  # views of buffers (outputs(), leading()), made once
+        self._ints: dict[str, tuple] = {}  # ints()'s host tensors, packers and device copies
         self._row_grids: dict[int, Tensor] = {}
         self.key_range = torch.arange(length, device=p.device)
         self.write_all = torch.ones(slots, dtype=torch.bool, device=p.device)
@@ -113,34 +109,93 @@ class Runner:
         self._call_memo: tuple | None = None  # the pieces' last freqs and mask (recdiff.engine.pieces._call)
 
     # ------------------------------------------------------------------------------------------ dispatch
-    def run(self, name: str, fn: Callable[..., tuple[Tensor, ...]], args: tuple[Tensor, ...],
-            patches: dict[str, Any] | None = None, sig: tuple | None = None,
-            static: tuple[tuple[int, ...], ...] | None = None) -> tuple[Tensor, ...]:
-        """``fn(model, self, args)``: eagerly, or compiled (:meth:`recdiff.engine.program.Programs.run`, which
-        explains ``name``, ``patches``, ``sig`` and ``static``)."""
+    def run(self, st: Step, args: tuple[Tensor, ...], patches: dict[str, Any] | None = None,
+            sig: tuple | None = None, static: tuple[tuple[int, ...], ...] | None = None) -> tuple[Tensor, ...]:
+        """``st(self, *args)``: eagerly, or compiled (:meth:`recdiff.engine.program.Programs.run`, which explains
+        ``patches``, ``sig`` and ``static``), keyed by the step (:mod:`recdiff.engine.step`)."""
         if not self.compiled:
-            return fn(self.model, self, args)
-        return self.programs.run(name, fn, args, patches, sig, static)
+            return st(self, *args)
+        return self.programs.run(st, args, patches, sig, static)
 
-    def graphed(self, name: str, fn: Callable[..., Any], *inputs: Tensor, model: bool = True, fixed: int = 0) -> Any:
-        """``fn(*inputs)``, replayed from a graph (:meth:`recdiff.engine.graphs.Graphs.run`, which explains ``name``
-        and ``fixed``) when this runner uses CUDA graphs; a plain call otherwise. ``model``: ``fn`` is a model call
-        (P, R, C with the few operations around them), not the sampler's own work; the step profile
-        (:mod:`recdiff.engine.profile`) counts a replay by it, as a replay calls no Python."""
+    def step(self, st: Step, *inputs: Tensor, model: bool = True, fixed: int = 0, into: tuple[Tensor, ...] = (),
+                sig: tuple | None = None, static: tuple[tuple[int, ...], ...] | None = None) -> Any:
+        """``st(self, *inputs)``, replayed from a graph (:meth:`recdiff.engine.graphs.Graphs.run`, keyed by the step,
+        the inputs' shapes and dtypes and where the first ``fixed`` are, which it reads and writes in place) when this
+        runner uses CUDA graphs; a plain call otherwise. ``model``: the step composes the model's operations (P, R, C
+        with the few operations around them), each run as :meth:`run` runs it; else it is a sampler's own tensor
+        function (its bookkeeping), run as one program (:meth:`run` with :data:`~recdiff.engine.program.SMALL`'s
+        settings, ``sig`` and ``static``). The step profile (:mod:`recdiff.tools.profile`) counts a replay of a model
+        step as a model call, since a replay calls no Python. ``into`` (from :meth:`outputs`): under graphs the
+        step's outputs are written there and ``into`` returned, so that a later graph reads them where they are."""
+        if not model:
+            st = make_step(_program, st, sig, static)
         if not self.cuda_graphs:
-            return fn(*inputs)
-        return self.graphs.run(name, fn, inputs, fixed)
+            return st(self, *inputs)
+        if into:
+            n = len(into)
+            into_step = make_step(_into, st, n)
+            self.graphs.run(into_step, functools.partial(_into, (st, n), self), (*into, *inputs), fixed + n)
+            return into
+        return self.graphs.run(st, functools.partial(st.fn, st.c, self), inputs, fixed)
+
+    def outputs(self, name: str, shapes: tuple[tuple[tuple[int, ...], torch.dtype], ...], T: int
+                ) -> tuple[Tensor, ...]:
+        """Under CUDA graphs, where a step writes its outputs (:meth:`step`'s ``into``): the first ``T`` rows
+        (dimension 1) of buffers of the given full shapes and dtypes, kept for this runner's life (one set for every
+        step shape: as each graph's own outputs, a set of logits per wavefront width would take gigabytes at batch
+        32); () without graphs."""
+        if not self.cuda_graphs:
+            return ()
+        key = (name, shapes, T)
+        views = self._views.get(key)
+        if views is None:
+            views = self._views[key] = tuple(self._kept(f"{name}-{i}", shape, dtype).narrow(1, 0, T)
+                                             for i, (shape, dtype) in enumerate(shapes))
+        return views
 
     # ------------------------------------------------------------------------------------------ buffers and shapes
     def buffer(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
         """A zeroed tensor that this runner keeps for its life, one per name, shape and dtype: state a sampler writes
         in place, which a graph (kept by the runner, so across batches) reads and writes where it is. One batch uses
         a runner at a time, as it does the KV cache."""
+        return self._kept(name, shape, dtype).zero_()
+
+    def _kept(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
         key = (name, tuple(shape), dtype)
         buf = self._buffers.get(key)
         if buf is None:
             buf = self._buffers[key] = torch.zeros(shape, dtype=dtype, device=self.device)
-        return buf.zero_()
+        return buf
+
+    def leading(self, buffers: tuple[Tensor, ...], T: int) -> tuple[Tensor, ...]:
+        """The first ``T`` rows (dimension 1) of each buffer, dense, as compiled programs take them: for one slot,
+        views with row-major strides (the same tensors at every call with this ``T``); for several, copies made once
+        here rather than by each compiled piece that takes them."""
+        if self.slots > 1:
+            return tuple(t.narrow(1, 0, T).contiguous() for t in buffers)
+        key = (*(id(t) for t in buffers), T)
+        views = self._views.get(key)
+        if views is None:
+            shapes = [(1, T, *t.shape[2:]) for t in buffers]
+            views = self._views[key] = tuple(t.as_strided(shape, torch.empty(shape, device="meta").stride())
+                                             for t, shape in zip(buffers, shapes))
+        return views
+
+    def ints(self, name: str, values: list[int], shape: tuple[int, ...]) -> Tensor:
+        """``values`` as one int64 tensor of ``shape`` on this runner's device, the same tensor at every call of
+        ``name`` (a graph copies it into its own buffer): packed into a host tensor's memory with ``struct`` (cheaper
+        than a NumPy assignment from a list; building a tensor from a list would cost a compiled batch-1 step more
+        than its kernels), then copied to the device where that is not the host."""
+        packed = self._ints.get(name)
+        if packed is None or tuple(packed[0].shape) != shape:
+            memory = np.zeros(shape, dtype=np.int64)
+            host = torch.from_numpy(memory)
+            pack = functools.partial(struct.Struct(f"={memory.size}q").pack_into, memory.reshape(-1).data.cast("B"), 0)
+            dev = host if self.device.type == "cpu" else torch.empty_like(host, device=self.device)
+            packed = self._ints[name] = (host, pack, dev)
+        host, pack, dev = packed
+        pack(*values)
+        return dev if dev is host else dev.copy_(host)
 
     def row_grid(self, T: int) -> Tensor:
         """``0 … T-1`` for every slot, ``(slots, T)``, kept for this runner's life: a captured graph that reads it
@@ -184,18 +239,18 @@ class Runner:
               write: Tensor | None = None) -> Tensor:
         """P."""
         pkw, rows_arg = self._tail(pos, keys, write, rows)
-        return self.run(f"embed{len(rows_arg)}", embed_piece, (ids, *pkw, *rows_arg))[0]
+        return self.run(make_step(pieces.embed), (ids, *pkw, *rows_arg))[0]
 
     def embed_window(self, rows: Tensor, seq: Tensor, ptr: Tensor, keys: int,
                      momentum: tuple[float, Tensor] | None = None) -> tuple[Tensor, Tensor]:
         """P over a diffusion step's window rows ``rows`` (B, T) (0 … T-1 in each: the program's rows, as for every
         piece, are its first argument's) of every slot, from the token ids ``seq`` (B, S) and the pointers ``ptr``
         (its first row: each slot's start); with ``momentum`` (η, the step's rows of the window's η·e_prev) mixed
-        with the previous embeddings (:func:`~recdiff.engine.pieces.window_piece`). Returns e (B, T, E) and the
+        with the previous embeddings (:func:`~recdiff.engine.pieces.window`). Returns e (B, T, E) and the
         positions (B, T)."""
         eta, eta_e_prev = momentum if momentum is not None else (0.0, None)
         args = (rows, seq, ptr, *(() if eta_e_prev is None else (eta_e_prev,)), self.key_range[:keys], self.write_all)
-        return self.run(f"window-eta{eta!r}", window_piece(eta), args)  # type: ignore[return-value]
+        return self.run(make_step(pieces.window, eta), args)  # type: ignore[return-value]
 
     def decode(self, z: Tensor, pos: Tensor, keys: int, rows: Tensor | None = None,
                write: Tensor | None = None, float32: bool = True, plane: int = 0) -> Tensor:
@@ -203,10 +258,8 @@ class Runner:
         pkw, rows_arg = self._tail(pos, keys, write, rows)
         if self.policy == "lanes":  # the plane a tensor: one program for every readout
             at = torch.tensor(plane, device=self.device)
-            return self.run(f"decode{len(rows_arg)}-plane", plane_decode_piece, (z, *pkw, at, *rows_arg))[0]
-        if not float32:
-            return self.run(f"decode-raw{len(rows_arg)}", raw_decode_piece, (z, *pkw, *rows_arg))[0]
-        return self.run(f"decode{len(rows_arg)}", decode_piece, (z, *pkw, *rows_arg))[0]
+            return self.run(make_step(pieces.plane_decode), (z, *pkw, at, *rows_arg))[0]
+        return self.run(make_step(pieces.decode, float32), (z, *pkw, *rows_arg))[0]
 
     def _step_arg(self, step: int) -> tuple[Any, ...]:
         """The recurrence index a per_step core piece takes: an int eagerly (its plane is a view), a 0-d tensor
@@ -226,24 +279,19 @@ class Runner:
         while k < n:
             m = self.chunk if n - k >= self.chunk and rows is None else 1
             args = (z, e, *pos_keys_write, *self._step_arg(step0 + k), *rows_arg)
-            z = self.run(f"core{m}-{per_step}-{len(rows_arg)}", core_piece(m, per_step), args)[0]
+            z = self.run(make_step(pieces.core, m, per_step), args)[0]
             k += m
         return z
 
-    def cores_exit(self, z: Tensor, e: Tensor, exited: Tensor, taken: Tensor, pos: Tensor, keys: int, n: int,
-                   epsilon: float, step0: int) -> tuple[Tensor, Tensor, Tensor]:
-        """``n`` recurrences of a decoding step over every slot with adaptive exits at ``epsilon``
-        (:func:`~recdiff.engine.pieces.exit_piece`)."""
-        per_step = self.per_step
-        args = (z, e, exited, taken, pos, self.key_range[:keys], *self._step_arg(step0))
-        piece = exit_piece(n, per_step, epsilon)
-        return self.run(f"exit{n}-{per_step}-{epsilon!r}", piece, args)  # type: ignore[return-value]
-
-    def cores_gate(self, z: Tensor, e: Tensor, exited: Tensor, taken: Tensor, cum: Tensor, rem: Tensor, pos: Tensor,
-                   keys: int, n: int, q: float, step0: int) -> tuple[Tensor, ...]:
-        """:meth:`cores_exit` with an exit gate deciding (:func:`~recdiff.engine.pieces.gate_exit_piece`)."""
-        args = (z, e, exited, taken, cum, rem, pos, self.key_range[:keys], *self._step_arg(step0))
-        return self.run(f"gate{n}-{self.per_step}-{q!r}", gate_exit_piece(n, self.per_step, q), args)
+    def cores_exit(self, z: Tensor, e: Tensor, carry: tuple[Tensor, ...], pos: Tensor, keys: int, n: int,
+                   step0: int, epsilon: float | None = None, q: float | None = None) -> tuple[Tensor, ...]:
+        """``n`` recurrences of a decoding step over every slot, each row exiting once its latent change falls below
+        ``epsilon`` (``carry``: exited, recurrences taken; :func:`~recdiff.engine.pieces.exit`) or, with an exit
+        gate's ``q``, once its cumulative exit probability reaches it (``carry``: also that probability and the
+        probability of no exit so far; :func:`~recdiff.engine.pieces.gate`). Returns z and the carry."""
+        piece, threshold = (pieces.exit, epsilon) if q is None else (pieces.gate, q)
+        args = (z, e, *carry, pos, self.key_range[:keys], *self._step_arg(step0))
+        return self.run(make_step(piece, n, self.per_step, threshold), args)
 
     def recur(self, ids: Tensor, pos: Tensor, r: int, z: Tensor | None = None, keys: int | None = None) -> Tensor:
         """P, r recurrences from ``z`` (zeros when None), C over every slot → logits ``(B, T, V)`` (static depth: no
@@ -260,7 +308,7 @@ class Runner:
     # sees; ``rows`` (B,) their cache rows; ``plane`` (B,) each row's recurrence (cores) or readout (decode).
     def lane_embed(self, ids: Tensor, pos: Tensor, slot: Tensor, visible: Tensor, rows: Tensor) -> Tensor:
         """P."""
-        return self.run("lane-embed", lane_embed_piece, (ids, pos, slot, visible, rows))[0]
+        return self.run(make_step(pieces.lane_embed), (ids, pos, slot, visible, rows))[0]
 
     def lane_cores(self, z: Tensor, e: Tensor, pos: Tensor, slot: Tensor, visible: Tensor, rows: Tensor,
                    plane: Tensor, n: int) -> Tensor:
@@ -268,14 +316,14 @@ class Runner:
         k = 0
         while k < n:
             m = (self.chunk if n - k >= self.chunk else 1) if self.compiled else n - k
-            z = self.run(f"lane-core{m}", lane_core_piece(m), (z, e, pos, slot, visible, rows, plane + k))[0]
+            z = self.run(make_step(pieces.lane_core, m), (z, e, pos, slot, visible, rows, plane + k))[0]
             k += m
         return z
 
     def lane_decode(self, z: Tensor, pos: Tensor, slot: Tensor, visible: Tensor, rows: Tensor,
                     plane: Tensor) -> Tensor:
         """C, each row's coda K/V in its readout's ``plane``: float32 logits ``(B, 1, V)``."""
-        return self.run("lane-decode", lane_decode_piece, (z, pos, slot, visible, rows, plane))[0]
+        return self.run(make_step(pieces.lane_decode), (z, pos, slot, visible, rows, plane))[0]
 
     # ------------------------------------------------------------------------------------------ prefill
     def prefill_start(self, prompts: list[list[int]], slots: list[int], init_scale: float = 0.0,
@@ -318,3 +366,18 @@ class Runner:
         returns the last prompt position's logits ``(n, V)`` and state ``(n, 1, E)``."""
         p = self.prefill_start(prompts, slots, init_scale, generators)
         return self.prefill_end(p, self.cores(p.z0, p.e, p.pos, p.T, r, p.rows))
+
+
+def _into(c: tuple[Step, int], run: Runner, *args: Tensor) -> tuple[Tensor, ...]:
+    """Step ``c[0]`` over ``args[n:]``, its outputs copied into ``args[:n]`` (:meth:`Runner.step`'s ``into``)."""
+    st, n = c
+    for out, t in zip(args[:n], st(run, *args[n:])):
+        out.copy_(t)
+    return ()
+
+
+def _program(c: tuple[Step, tuple | None, tuple | None], run: Runner, *args: Tensor) -> tuple[Tensor, ...]:
+    """A sampler's tensor step ``c[0]`` as one program (:meth:`Runner.run` with :data:`SMALL`, the caller's
+    signature ``c[1]`` and static dimensions ``c[2]``)."""
+    st, sig, static = c
+    return run.run(st, args, SMALL, sig, static)

@@ -24,15 +24,29 @@ from typing import Any, Callable, Protocol
 import torch
 
 
+@dataclass(kw_only=True)
+class Record:
+    """One sequence's host-side record, every sampler's (a sampler's own subclass adds what it keeps): its new tokens
+    so far, whether and why it stopped, and the core passes and token·recurrences it cost."""
+
+    tokens: list[int] = field(default_factory=list)
+    done: bool = False
+    stopped_by: str = "length"
+    core_passes: int = 0
+    tokens_forward: int = 0
+
+
 @dataclass
 class Request:
-    """One prompt and everything that is its own: its length limit and its random stream."""
+    """One prompt and everything that is its own: its length limit, its random stream, whether it records a trace,
+    and (from its admission) the sampler's record of it."""
 
     index: int
     prompt: list[int]
     max_new_tokens: int
     generator: torch.Generator
-    data: dict[str, Any] = field(default_factory=dict)  # the sampler's host-side per-sequence record
+    trace: bool = False
+    record: Any = None  # a Record subclass of the sampler's
 
 
 class SlotBatch(Protocol):

@@ -90,7 +90,7 @@ class RecdiffLM(TemplateLM):
         if self.tokenizer is None:
             raise RecdiffError(f"lm-eval model_args: {pretrained} has no tokenizer.json; lm-eval feeds text")
         self.pretrained = str(pretrained)
-        self.r = int(self.params["r"])             # the recurrence every loglikelihood is scored at
+        self.r = int(self.params.r)                # the recurrence every loglikelihood is scored at
         self.max_gen_toks = 256                    # lm-eval's default when a request names none
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.stats_file = Path(stats_file or f"outputs/lm_eval/stats-{stamp}-{os.getpid()}.jsonl").resolve()
@@ -140,8 +140,8 @@ class RecdiffLM(TemplateLM):
 
     def get_model_info(self) -> dict[str, Any]:
         """Merged into lm-eval's ``results["config"]``: what decoded the answers and where their statistics are."""
-        return {"recdiff_sampler": self.sampler, "recdiff_params": self.params, "recdiff_loglikelihood_r": self.r,
-                "recdiff_stats_file": str(self.stats_file)}
+        return {"recdiff_sampler": self.sampler, "recdiff_params": self.params.values(),
+                "recdiff_loglikelihood_r": self.r, "recdiff_stats_file": str(self.stats_file)}
 
     # ---------------------------------------------------------------------------------------- generation
     def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
@@ -247,7 +247,7 @@ class RecdiffLM(TemplateLM):
             for b, (inp, _) in enumerate(rows):   # right-padded: causal attention keeps pads out of real positions
                 ids[b, :len(inp)] = torch.tensor(inp, device=self._device)
             with torch.inference_mode():
-                logits, _ = self.model(ids, self.r, float(self.params.get("init_scale", 0.0)), gen)
+                logits, _ = self.model(ids, self.r, float(self.params.init_scale), gen)
                 logp = F.log_softmax(logits.float(), dim=-1)
             for b, (i, (inp, target)) in enumerate(zip(chunk, rows)):
                 n = len(target)

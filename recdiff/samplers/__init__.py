@@ -8,9 +8,10 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from recdiff.engine.scheduler import Request, run_batched
+from recdiff.engine import Request, run_batched
 from recdiff.errors import RecdiffError
 from recdiff.model import RecurrentDepthModel
+from recdiff.params import SAMPLER_PARAMS, SamplerParams
 from recdiff.samplers.base import GenerationResult, Options, Selector, StopCondition, default_stop_ids
 
 SAMPLERS = ("static", "adaptive", "speculative", "diffusion", "loopspec")
@@ -18,15 +19,17 @@ SAMPLERS = ("static", "adaptive", "speculative", "diffusion", "loopspec")
 
 def sampler_spec(name: str) -> dict[str, tuple[Any, Any]]:
     """name → (default, check) of every parameter the sampler accepts."""
-    return _module(name).SPEC
+    _module(name)
+    return SAMPLER_PARAMS[name].spec()
 
 
-def check_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
-    """The sampler's hyperparameters with defaults filled in, or one :class:`RecdiffError` line: unknown names,
-    out-of-range values and invalid combinations (``r_inner > r``, ...). Needs no model: the sweep calls it
-    before anything loads, and ``generate`` applies the same rules."""
-    mod = _module(name)
-    return mod.validate(name, params, mod.SPEC, mod.RULES)
+def check_params(name: str, params: dict[str, Any]) -> SamplerParams:
+    """The sampler's typed parameters (:mod:`recdiff.params`) with defaults filled in, or one :class:`RecdiffError`
+    line: unknown names, out-of-range values and invalid combinations (``r_inner > r``, ...). Needs no model:
+    lm-eval's model calls it before anything loads; ``generate`` takes its keyword arguments through it, the one
+    way in, and the sampler runs with what it returns."""
+    _module(name)
+    return SAMPLER_PARAMS[name].checked(params)
 
 
 def _module(name: str) -> Any:
@@ -105,17 +108,18 @@ def _plan(model: RecurrentDepthModel, prompts: Prompts, sampler: str, max_new_to
         slots=min(n, batch_size or default_batch_size(model.device)),
         longest=max(len(ids) + lim for ids, lim in zip(batch, limits)),
     )
-    refusal = model.refuses(sampler, params)  # what the model's loop cannot give these settings a meaning on
+    p = check_params(sampler, params)  # the typed parameters, validated once, before any compute
+    refusal = model.refuses(p)  # what the model's loop cannot give these settings a meaning on
     if refusal:
         raise RecdiffError(refusal)
-    state = module.make_batch(opts, params)  # validates the hyperparameters before any compute
+    state = module.make_batch(opts, p)
     for i, (ids, lim) in enumerate(zip(batch, limits)):
         state.check(i if not single else None, len(ids), lim)
     requests = []
     for i, (ids, lim, tr) in enumerate(zip(batch, limits, traces)):
         gen = torch.Generator(device=model.device)
         gen.manual_seed(0 if seeds[i] is None else seeds[i])
-        requests.append(Request(index=i, prompt=ids, max_new_tokens=lim, generator=gen, data={"trace": bool(tr)}))
+        requests.append(Request(index=i, prompt=ids, max_new_tokens=lim, generator=gen, trace=bool(tr)))
     return single, state, requests
 
 
@@ -128,7 +132,7 @@ def warm_up(model: RecurrentDepthModel, prompts: Sequence[Sequence[int]], sample
     each run alone, then in a batch where every kind of admission happens: all slots at once, one slot while the
     others decode (a sequence with a shorter limit finishes first), two at once. Under CUDA graphs a sampler whose
     shapes depend on more than the prompts then captures the rest (the diffusion sampler: every wavefront width with
-    every key count it can reach, ``DiffusionBatch.capture_graphs``). An eager model compiles nothing:
+    every key count it can reach, ``DiffusionBatch.warm_shapes``). An eager model compiles nothing:
     it runs the longest prompt alone (allocations, kernel selection). ``prompts``: one prompt or a list of them, checked
     as :func:`generate` checks them; ``kwargs`` as for :func:`generate`."""
     batch_size = batch_size or default_batch_size(model.device)
@@ -149,12 +153,12 @@ def warm_up(model: RecurrentDepthModel, prompts: Sequence[Sequence[int]], sample
             limits[batch_size - 1] = max(1, max_new_tokens // 2)
             generate(model, [p] * (batch_size + 3), sampler, max_new_tokens=limits, batch_size=batch_size, **kwargs)
     # CUDA graphs are captured per shape: a sampler whose shapes depend on more than the prompts (the diffusion
-    # wavefront's width, on how fast it converges) captures every shape it can meet, for one slot and for a batch
+    # wavefront's width, on how fast it converges) runs every shape it can meet, for one slot and for a batch
     shortest, longest = min(map(len, prompts)), max(map(len, prompts)) + max_new_tokens
     for group in {1: prompts[:1], batch_size: prompts[:1] * batch_size}.values():
         _, state, _ = _plan(**{**arguments, "prompts": group})
-        if hasattr(state, "capture_graphs"):
-            state.capture_graphs(shortest, longest)
+        if hasattr(state, "warm_shapes") and state.runner.cuda_graphs:
+            state.warm_shapes(shortest, longest)
 
 
 def _per_prompt(value: Any, n: int, name: str) -> list[Any]:

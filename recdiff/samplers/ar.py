@@ -9,25 +9,34 @@ adaptive compute. A row that exited keeps its state and its K/V while the others
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 
-from recdiff.engine.pool import cache_length, call_length, get_runner
-from recdiff.engine.scheduler import Request
+from recdiff.engine import Record, Request, Runner, Step, cache_length, call_length, get_runner
 from recdiff.model import relative_change
+from recdiff.params import AdaptiveParams, KVCache, StaticParams
 from recdiff.samplers.base import GenerationResult, Options, check_fits
 
 
+@dataclass(kw_only=True)
+class ARRecord(Record):
+    steps: list[int] = field(default_factory=list)  # recurrences of each token (entry 0: the prefill's)
+    exits: list = field(default_factory=list)  # under an exit gate: the recurrence each token was read out at
+
+
 class ARBatch:
-    def __init__(self, opts: Options, r: int, init_scale: float, kv_cache: str, epsilon: float | None,
-                 exit_in_prefill: bool = True, exit_threshold: float | None = None, compute_all: bool = False,
-                 exit_kv: str = "mask") -> None:
+    def __init__(self, opts: Options, p: StaticParams | AdaptiveParams) -> None:
         m = opts.model
-        self.opts, self.r, self.init_scale, self.epsilon = opts, r, init_scale, epsilon
-        self.exit_in_prefill = exit_in_prefill
+        adaptive = isinstance(p, AdaptiveParams)
+        self.opts, self.r, self.init_scale = opts, p.r, p.init_scale
+        self.epsilon = p.epsilon if adaptive else None
+        self.exit_in_prefill = adaptive and p.exit_in_prefill
         # the exit gate (exit_threshold q): compute_all (static) reads each token out at its exit recurrence and
         # computes them all, as the reference does; else (adaptive) a token stops at its exit
-        self.q, self.compute_all = exit_threshold, compute_all
-        self.copy_forward = exit_kv == "copy" and kv_cache == "per_step"
+        self.q, self.compute_all = p.exit_threshold, not adaptive
+        kv_cache, r = KVCache(p.kv_cache).value, p.r
+        self.copy_forward = adaptive and p.exit_kv == "copy" and kv_cache == "per_step"
         self.slots = opts.slots
         length = call_length(opts.longest) if kv_cache == "per_step" else cache_length(m)
         self.kv_shape = (length, r)  # what this call asks of the cache (its stats)
@@ -56,8 +65,7 @@ class ARBatch:
         for i, (slot, req) in enumerate(entries):
             L = len(req.prompt)
             tok = int(self.opts.select(logits[i : i + 1], req.generator)[0])
-            req.data = {"tokens": [], "steps": [], "core_passes": steps[i], "tokens_forward": steps[i] * L,
-                        "stopped_by": "length", "done": False, "exits": [exits[i]]}
+            req.record = ARRecord(core_passes=steps[i], tokens_forward=steps[i] * L, exits=[exits[i]])
             self.req[slot] = req
             self._append(slot, tok, steps[i])
             self.ids[slot, 0], self.pos[slot, 0] = tok, L
@@ -102,18 +110,18 @@ class ARBatch:
         return logits, gate.at[torch.arange(len(prompts), device=run.device), last].tolist()
 
     def _append(self, slot: int, tok: int, steps: int) -> None:
-        d = self.req[slot].data
-        d["tokens"].append(tok)
-        d["steps"].append(steps)
-        stop = self.opts.stop.first_stop(d["tokens"], len(d["tokens"]) - 1)
+        d: ARRecord = self.req[slot].record
+        d.tokens.append(tok)
+        d.steps.append(steps)
+        stop = self.opts.stop.first_stop(d.tokens, len(d.tokens) - 1)
         if stop:
-            d["stopped_by"], d["done"] = stop[1], True
-        elif len(d["tokens"]) >= self.req[slot].max_new_tokens:
-            d["done"] = True
+            d.stopped_by, d.done = stop[1], True
+        elif len(d.tokens) >= self.req[slot].max_new_tokens:
+            d.done = True
 
     # ------------------------------------------------------------------------------------------ one token
     def step(self) -> list[int]:
-        live = [b for b, q in enumerate(self.req) if q is not None and not q.data["done"]]
+        live = [b for b, q in enumerate(self.req) if q is not None and not q.record.done]
         if live:
             m, run = self.opts.model, self.runner
             gens = [q.generator if q is not None and b in live else None for b, q in enumerate(self.req)]
@@ -125,7 +133,7 @@ class ARBatch:
             else:
                 z0 = None
             # the furthest position decoded this step: the prompt plus the tokens so far, less the new one
-            keys = run.keys(max(len(self.req[b].prompt) + len(self.req[b].data["tokens"]) for b in live))
+            keys = run.keys(max(len(self.req[b].prompt) + len(self.req[b].record.tokens) for b in live))
             # rows without a live sequence may sit further on: keep every query inside the keys (its own row only)
             pos = self.pos.clamp(max=keys - 1)
             exits = None
@@ -148,43 +156,30 @@ class ARBatch:
             else:
                 toks, steps = torch.stack([new, taken]).tolist()
             for b in live:
-                d = self.req[b].data
-                d["core_passes"] += steps[b]
-                d["tokens_forward"] += steps[b]
-                d["exits"].append(steps[b] if exits is None else exits[b])
+                d = self.req[b].record
+                d.core_passes += steps[b]
+                d.tokens_forward += steps[b]
+                d.exits.append(steps[b] if exits is None else exits[b])
                 self._append(b, toks[b], steps[b])
             self.ids[:, 0] = new
             self.pos += 1
             self.pos.clamp_(max=run.length - 1)  # rows without a live sequence must stay inside the buffers
-        return [b for b, q in enumerate(self.req) if q is not None and q.data["done"]]
+        return [b for b, q in enumerate(self.req) if q is not None and q.record.done]
 
     def _static(self, pos: torch.Tensor, z0: torch.Tensor | None, keys: int) -> torch.Tensor:
-        run, r = self.runner, self.r
-
-        def token_step(ids: torch.Tensor, pos: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-            return run.recur(ids, pos, r, z, keys=keys)[:, -1]
-
+        run = self.runner
         if z0 is None:
             z0 = torch.zeros((self.slots, 1, self.opts.model.config.n_embd), device=run.device, dtype=run.dtype)
-        return run.graphed(f"static-r{r}-k{keys}", token_step, self.ids, pos, z0)
+        return run.step(Step(token_step, (self.r, keys)), self.ids, pos, z0)
 
     def _static_gate(self, pos: torch.Tensor, z0: torch.Tensor | None, keys: int
                      ) -> tuple[torch.Tensor, torch.Tensor]:
         """Every recurrence of a token step, each token read out at its exit recurrence: logits and those
         recurrences (1-based)."""
-        run, r, q, m = self.runner, self.r, self.q, self.opts.model
-
-        def token_step(ids: torch.Tensor, pos: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            e = run.embed(ids, pos, keys)
-            gate = Gate(z, r, q)
-            for k in range(r):
-                z = run.cores(z, e, pos, keys, 1, step0=k)
-                gate.update(m.exit_probability(z), z, k)
-            return run.decode(gate.chosen, pos, keys)[:, -1], gate.at[:, -1]
-
+        run = self.runner
         if z0 is None:
-            z0 = torch.zeros((self.slots, 1, m.config.n_embd), device=run.device, dtype=run.dtype)
-        return run.graphed(f"static-gate-r{r}-q{q!r}-k{keys}", token_step, self.ids, pos, z0)
+            z0 = torch.zeros((self.slots, 1, self.opts.model.config.n_embd), device=run.device, dtype=run.dtype)
+        return run.step(Step(gate_token_step, (self.r, self.q, keys)), self.ids, pos, z0)
 
     def _adaptive(self, pos: torch.Tensor, z0: torch.Tensor | None, live: list[int], keys: int
                   ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -193,37 +188,54 @@ class ARBatch:
         z = torch.zeros_like(e) if z0 is None else z0
         exited = torch.ones(self.slots, dtype=torch.bool, device=run.device)
         exited[live] = False  # free and finished slots take no part
-        taken = torch.zeros(self.slots, dtype=torch.long, device=run.device)
-        cum = torch.zeros(self.slots, device=run.device)   # the gate's cumulative exit probability (float32)
-        rem = torch.ones(self.slots, device=run.device)    # and the probability of not having exited yet
+        carry: tuple[torch.Tensor, ...] = (exited, torch.zeros(self.slots, dtype=torch.long, device=run.device))
+        if self.q is not None:  # the gate's cumulative exit probability (float32) and that of no exit yet
+            carry += (torch.zeros(self.slots, device=run.device), torch.ones(self.slots, device=run.device))
         k = 0
         while k < self.r:
             n = run.chunk if self.r - k >= run.chunk else 1
-            if self.q is None:
-                z, exited, taken = run.cores_exit(z, e, exited, taken, pos, keys, n, self.epsilon, k)
-            else:
-                z, exited, taken, cum, rem = run.cores_gate(z, e, exited, taken, cum, rem, pos, keys, n, self.q, k)
+            z, *rest = run.cores_exit(z, e, carry, pos, keys, n, k, self.epsilon, self.q)
+            carry = tuple(rest)
             k += n
             # the exit decision: one read-back per call (compiled: every run.chunk recurrences; recurrences after
             # every row exited change nothing)
-            if k < self.r and bool(exited.all()):
+            if k < self.r and bool(carry[0].all()):
                 break
-        return run.decode(z, pos, keys)[:, -1], taken
+        return run.decode(z, pos, keys)[:, -1], carry[1]
 
     def finish(self, slot: int) -> GenerationResult:
         req, self.req[slot] = self.req[slot], None
-        d = req.data
-        tokens = d["tokens"]
+        d: ARRecord = req.record
         stats = {
-            "core_passes": d["core_passes"],
-            "tokens_forward": d["tokens_forward"],
-            "steps": len(d["steps"]),
-            "new_tokens": len(tokens),
-            "steps_per_token": d["steps"],  # entry 0 is the prefill call
-            **({"exit_steps": d["exits"]} if self.q is not None else {}),  # the recurrence each token was read at
+            "core_passes": d.core_passes,
+            "tokens_forward": d.tokens_forward,
+            "steps": len(d.steps),
+            "new_tokens": len(d.tokens),
+            "steps_per_token": d.steps,  # entry 0 is the prefill call
+            **({"exit_steps": d.exits} if self.q is not None else {}),  # the recurrence each token was read at
             "kv_cache_bytes": self.runner.cache.bytes_per_slot(*self.kv_shape),
         }
-        return GenerationResult(tokens=tokens, stats=stats, stopped_by=d["stopped_by"])
+        return GenerationResult(tokens=d.tokens, stats=stats, stopped_by=d.stopped_by)
+
+
+def token_step(c: tuple[int, int], run: Runner, ids: torch.Tensor, pos: torch.Tensor, z: torch.Tensor
+               ) -> torch.Tensor:
+    """One token of static depth (``c``: r, keys): P, r recurrences from ``z``, C → the logits ``(B, V)``."""
+    r, keys = c
+    return run.recur(ids, pos, r, z, keys=keys)[:, -1]
+
+
+def gate_token_step(c: tuple[int, float, int], run: Runner, ids: torch.Tensor, pos: torch.Tensor, z: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token of static depth read out at its exit gate's recurrence (``c``: r, q, keys): logits ``(B, V)`` and
+    that recurrence (1-based)."""
+    r, q, keys = c
+    e = run.embed(ids, pos, keys)
+    gate = Gate(z, r, q)
+    for k in range(r):
+        z = run.cores(z, e, pos, keys, 1, step0=k)
+        gate.update(run.model.exit_probability(z), z, k)
+    return run.decode(gate.chosen, pos, keys)[:, -1], gate.at[:, -1]
 
 
 class Gate:

@@ -43,111 +43,70 @@ sampled proposals) are made on the host between steps, from each sequence's own 
 
 from __future__ import annotations
 
-import functools
-import struct
-
-import numpy as np
 import torch
 from torch import Tensor
 
-from recdiff.checks import validate
-from recdiff.engine.pool import cache_length, get_runner
-from recdiff.engine.program import SMALL
-from recdiff.engine.scheduler import Request
+from recdiff.engine import Request, Runner, Step, cache_length, get_runner
 from recdiff.errors import RecdiffError
 from recdiff.params import DiffusionParams
 from recdiff.samplers.base import GenerationResult, Options, check_fits
 from recdiff.samplers.diffusion_host import SlotRecord
-from recdiff.samplers.diffusion_step import PTR, StepRule, advance, beta_per_position, noised, piece, state_names
+from recdiff.samplers.diffusion_step import PTR, Rule, advance, beta_per_position, noised, state_names
 from recdiff.trace import TraceRecorder
 
-__all__ = ["SPEC", "RULES", "make_batch", "DiffusionBatch", "beta_per_position"]
-
-SPEC = DiffusionParams.spec()   # the parameters are declared in recdiff/params.py
-RULES = DiffusionParams.rules
+__all__ = ["make_batch", "DiffusionBatch", "beta_per_position"]
 
 
-def make_batch(opts: Options, params: dict) -> "DiffusionBatch":
-    p = validate("diffusion", params, SPEC, RULES)
-    if p["pad_id"] is not None and p["pad_id"] >= opts.model.config.vocab_size:
-        raise RecdiffError(f"diffusion sampler: pad_id={p['pad_id']} is outside the vocabulary "
+def make_batch(opts: Options, p: DiffusionParams) -> DiffusionBatch:
+    if p.pad_id is not None and p.pad_id >= opts.model.config.vocab_size:
+        raise RecdiffError(f"diffusion sampler: pad_id={p.pad_id} is outside the vocabulary "
                            f"(size {opts.model.config.vocab_size})")
     return DiffusionBatch(opts, p)
 
 
 class DiffusionBatch:
-    def __init__(self, opts: Options, p: dict) -> None:
+    def __init__(self, opts: Options, p: DiffusionParams) -> None:
         m = opts.model
         self.opts, self.p, self.m, self.slots = opts, p, m, opts.slots
-        self.r, self.r_inner, self.headway, self.wavefront = p["r"], p["r_inner"], p["headway"], p["wavefront"]
-        self.init_scale = p["init_scale"]
-        # fixed: final after r recurrences unless told otherwise; adaptive: only a budget when one is given
-        self.r_freeze = p["r_freeze"] or (self.r if p["freeze"] == "fixed" else None)
+        self.r, self.r_inner, self.headway, self.wavefront = p.r, p.r_inner, p.headway, p.wavefront
+        self.init_scale = p.init_scale
+        self.rule = rule = Rule(p, greedy=opts.select.greedy, tokens=bool(opts.stop.ids or opts.stop.strings))
+        self.r_freeze = rule.r_freeze
         self.window = self.wavefront + self.headway  # window rows: the widest wavefront plus one step's growth
         # padded wavefront rows reach up to `window` positions past the furthest front
         self.kv_shape = (cache_length(m, self.window + 1), 1)  # what this call asks of the cache (its stats)
         self.runner = run = get_runner(m, opts.slots, self.kv_shape[0], "shared")
-        B, S, E, dev = self.slots, run.length, m.config.n_embd, run.device
+        B, S, E, V, dev = self.slots, run.length, m.config.n_embd, m.config.padded_vocab_size, run.device
         self.E, self.dev = E, dev
-        self.rule = StepRule(r=self.r, r_inner=self.r_inner, headway=self.headway, eta=p["eta"], beta=p["beta"],
-                             beta_schedule=p["beta_schedule"], noise=self.init_scale > 0,
-                             continuous=p["continuous_compute"], adaptive=p["freeze"] == "adaptive",
-                             reference=p["adaptive_rule"] == "reference", prefix=p["freeze_rule"] == "prefix",
-                             epsilon=p["epsilon"], r_freeze=self.r_freeze, greedy=opts.select.greedy,
-                             tokens=bool(opts.stop.ids or opts.stop.strings), pad_id=p["pad_id"])
-        self.names = state_names(self.rule)
-        # program and graph names: the rule's every constant (formatted once: a dataclass's repr is slow for a step)
-        self.tag = str(self.rule)
-        # advance as a program, untraced and traced (δ returned: only while a live sequence records a trace)
-        self._after = {False: piece(functools.partial(advance, traced=False), self.rule),
-                       True: piece(advance, self.rule)}
-        self._advance_name = {False: "advance-" + self.tag, True: "advance-traced-" + self.tag}
-        self._traced = 0  # live sequences recording a trace
+        self.names = state_names(rule)
+        self._traced = 0  # live sequences recording a trace (advance returns δ only while one does)
         # advance's dimensions that are constants of this batch (slots, cache length, model width, vocabulary; the
-        # pointers' shape): compiled as fixed sizes. Its arguments: the state, ptr, z, e, logits, the grown window's
-        # rows, the extras (sampled proposals, new states' noise)
+        # pointers' shape): compiled as fixed sizes. Its arguments: the state, the model call's z, logits (and e),
+        # ptr, the grown window's rows, the extras (sampled proposals, new states' noise)
         per_name = {"seq": (0, 1), "unchanged": (0, 1), "z": (0, 1, 2), "e": (0, 1, 2), "age": (0, 1)}
-        self._advance_static = (*(per_name[k] for k in self.names), (0, 1, 2), (0, 2),
-                                *([(0, 2)] if self.rule.eta > 0 else []), (0, 2), (0,),
-                                *([] if self.rule.greedy else [(0,)]), *([(0, 2)] if self.rule.noise else []))
+        self._advance_static = (*(per_name[k] for k in self.names), (0, 2), (0, 2), *([(0, 2)] if p.eta > 0 else []),
+                                (0, 1, 2), (0,), *([] if rule.greedy else [(0,)]), *([(0, 2)] if rule.noise else []))
         # draws between steps: fresh, noise or new states (α > 0), random ids for headway extras
-        self.draws = self.init_scale > 0 or (self.headway > 1 and p["pad_id"] is None)
+        self.draws = self.init_scale > 0 or (self.headway > 1 and p.pad_id is None)
         # the device state (diffusion_step.state_names): the runner's buffers, zeroed (its graphs read and write them
         # where they are, and outlive this batch)
         self.seq = run.buffer("diffusion-seq", (B, S), torch.long)
         self.unchanged = run.buffer("diffusion-unchanged", (B, S), torch.long)
         self.z = run.buffer("diffusion-z", (B, self.window, E), run.dtype)
-        self.e = run.buffer("diffusion-e", (B, self.window, E), run.dtype) if self.rule.eta > 0 else None
-        self.age = run.buffer("diffusion-age", (B, self.window), torch.long) if self.rule.ages else None
+        self.e = run.buffer("diffusion-e", (B, self.window, E), run.dtype) if p.eta > 0 else None
+        self.age = run.buffer("diffusion-age", (B, self.window), torch.long) if rule.ages else None
         # the state advance writes, in order (the same tensors for the batch's whole life)
         self._state = tuple(getattr(self, k) for k in self.names)
         # what a step's model call takes of the window: the states, the momentum term (η > 0), the ages (β > 0)
-        self._model_window = (self.z, *([self.e] if self.rule.eta > 0 else []),
-                              *([self.age] if self.rule.beta > 0 else []))
+        self._model_window = (self.z, *([self.e] if p.eta > 0 else []), *([self.age] if p.beta > 0 else []))
+        # the model call's outputs: z and logits (in the model's dtype, half a float32 set's memory) and e (η > 0)
+        self._output_shapes = (((B, self.window, E), run.dtype), ((B, self.window, V), run.dtype),
+                               *([((B, self.window, E), run.dtype)] if p.eta > 0 else []))
+        run.outputs("diffusion", self._output_shapes, self.window)  # allocated now (under graphs), not mid-run
         self.req: list[Request | None] = [None] * B
         self.host: list[SlotRecord | None] = [None] * B
         self.rows = torch.arange(self.window + 1, device=dev)
         self._grown_rows: dict[int, Tensor] = {}  # T → advance's rows_g (0 … Tg-1)
-        self._window_views: dict[int, tuple[Tensor, ...]] = {}  # T → (one slot) the window buffers' first T rows
-        # under graphs a step's model call writes its states, embeddings (η > 0) and logits (in the model's dtype)
-        # into these, and advance's graph reads them where they are. As graph outputs they were each graph's own (one
-        # set per step shape, kept for the graph's life) and advance's graph copied them into its input buffers: at
-        # batch 32 and W = 128 a set of logits alone is gigabytes
-        self._outputs: tuple[Tensor, ...] = ()
-        if run.cuda_graphs:
-            V = self.m.config.padded_vocab_size
-            self._outputs = (run.buffer("diffusion-z-out", (B, self.window, E), run.dtype),
-                             *([run.buffer("diffusion-e-out", (B, self.window, E), run.dtype)] if self.rule.eta > 0
-                               else []),
-                             run.buffer("diffusion-logits", (B, self.window, V), run.dtype))
-        self._output_views: dict[int, tuple[Tensor, ...]] = {}  # T → the outputs' first T rows (the same views)
-        # the pointers a step hands in (PTR), packed into the memory of one host tensor (struct is cheaper than a
-        # NumPy assignment from a list; building a tensor from a list would cost a compiled batch-1 step more than
-        # its advance kernel); on a GPU, copied into a device buffer
-        self._ptr_host = torch.from_numpy(np.zeros((len(PTR), B, 1), dtype=np.int64))
-        self._ptr_pack = functools.partial(struct.Struct(f"={len(PTR) * B}q").pack_into,
-                                           self._ptr_host.numpy().reshape(-1).data.cast("B"), 0)
-        self._ptr = self._ptr_host if dev.type == "cpu" else torch.empty_like(self._ptr_host, device=dev)
 
     def check(self, index: int | None, prompt_len: int, max_new_tokens: int) -> None:
         check_fits(self.m, prompt_len, prompt_len + max_new_tokens + 1, index)
@@ -160,7 +119,7 @@ class DiffusionBatch:
                                              self.init_scale, [q.generator for q in reqs])
         firsts = [int(self.opts.select(logits[i : i + 1], q.generator)[0]) for i, q in enumerate(reqs)]
         e_first = None
-        if p["eta"] > 0:  # momentum buffer: P of each sequence so far (no cache); only its last row is ever used
+        if p.eta > 0:  # momentum buffer: P of each sequence so far (no cache); only its last row is ever used
             T = max(len(q.prompt) for q in reqs) + 1
             ids = torch.tensor([q.prompt + [f] + [0] * (T - 1 - len(q.prompt)) for q, f in zip(reqs, firsts)],
                                device=self.dev)
@@ -176,17 +135,17 @@ class DiffusionBatch:
         # the state for position L, which predicts token L+1 (the rows after it are padding until grown into)
         self.z[b, 0] = self.m.initial_state(z_last, self.init_scale, req.generator)[0, 0]
         if self.e is not None:  # the momentum term η·e of the first token's embedding
-            self.e[b, 0] = self.rule.eta * e_first
+            self.e[b, 0] = self.p.eta * e_first
         if self.age is not None:
             self.age[b, 0] = 0
-        max_steps = p["max_steps"] or 4 * req.max_new_tokens * -(-self.r // self.r_inner)
+        max_steps = p.max_steps or 4 * req.max_new_tokens * -(-self.r // self.r_inner)
         # the front may run up to `wavefront` positions ahead of the last frozen token
         rec = SlotRecord(L=L, max_new=req.max_new_tokens, max_steps=max_steps,
                          max_len=min(self.m.config.block_size, L + req.max_new_tokens + self.window + 1),
                          n_frozen=L + 1, seq_end=L + 1, frozen_at=[0],
                          # done: the prefill's token is all that was asked
                          tokens=[first], done=req.max_new_tokens <= 1)
-        rec.recorder = TraceRecorder(L) if req.data.get("trace") else None
+        rec.recorder = TraceRecorder(L) if req.trace else None
         self._traced += rec.recorder is not None
         self.req[b], self.host[b] = req, rec
 
@@ -213,7 +172,7 @@ class DiffusionBatch:
         # the furthest query: the last padded row of the slot whose wavefront starts furthest (a free slot's is 0)
         keys = run.keys(max(start) + T)
         mix, grow_noise = self._draws(live, widths, growth, T) if self.draws else ([], [])
-        ptr = self._pointers(start + widths + growth + lag)
+        ptr = run.ints("diffusion-ptr", start + widths + growth + lag, (len(PTR), B, 1))
         z, e, logits = self._model_step(T, keys, ptr, mix)
         extra = ([] if rule.greedy else [self._select(logits, live, widths)]) + grow_noise
         out = self._advance(T, Tg, ptr, z, e, logits, extra)  # the state, written in place
@@ -238,12 +197,6 @@ class DiffusionBatch:
                 rec.done = True
             elif rec.steps >= rec.max_steps:
                 rec.stopped_by, rec.done, rec.hit_cap = "max_steps", True, True
-
-    def _pointers(self, values: list[int]) -> Tensor:
-        """The step's pointers ``(len(PTR), B, 1)`` from their values, row by row. The same tensor every step (nothing
-        keeps it past the step: the step's outputs are new tensors, a graph copies it into its own buffer)."""
-        self._ptr_pack(*values)
-        return self._ptr if self._ptr is self._ptr_host else self._ptr.copy_(self._ptr_host)
 
     def _noise(self, shape_rows: list[int], live: list[int], width: int = 1) -> Tensor:
         """Initial states for ``shape_rows[b]`` rows of each live slot, from its own stream (zeros at α = 0), in
@@ -270,8 +223,8 @@ class DiffusionBatch:
                 for b in redo:
                     self.z[b, 0] = fresh[b, 0]
         # noise for β over the step's T rows (under CUDA graphs T is a power of two above the widest wavefront)
-        mix = [self._noise(widths, live, T)[:, :T]] if self.rule.beta > 0 and self.init_scale > 0 else []
-        if self.headway > 1 and self.p["pad_id"] is None:
+        mix = [self._noise(widths, live, T)[:, :T]] if self.p.beta > 0 and self.init_scale > 0 else []
+        if self.headway > 1 and self.p.pad_id is None:
             for b in live:
                 if growth[b] > 1:
                     at = self.host[b].n_frozen - 1 + widths[b] + 1  # after the first new position
@@ -279,106 +232,50 @@ class DiffusionBatch:
                         0, self.m.config.vocab_size, (growth[b] - 1,), device=self.dev, generator=self.req[b].generator)
         grow_noise = []
         if self.init_scale > 0:
-            if self.rule.continuous:  # random only where the wavefront is shorter than the growth
+            if self.p.continuous_compute:  # random only where the wavefront is shorter than the growth
                 grow_noise = [self._noise([g if W < g else 0 for W, g in zip(widths, growth)], live)]
             else:
                 grow_noise = [self._noise(growth, live)]
         return mix, grow_noise
 
     def _model_step(self, T: int, keys: int, ptr: Tensor, mix: list[Tensor]) -> tuple[Tensor, Tensor | None, Tensor]:
-        """1.-4. of a step over ``T`` window rows attending to ``keys`` positions: noise, P with momentum, r'
-        recurrences, C → states, embeddings, logits (under CUDA graphs: one graph per T and keys). P's call takes its
-        token ids and positions from ``seq`` and the window's start
-        (:meth:`~recdiff.engine.runner.Runner.embed_window`)."""
-        run, rule = self.runner, self.rule
+        """1.-4. of a step over ``T`` window rows attending to ``keys`` positions (:func:`model_step`) → states,
+        embeddings (η > 0), logits."""
+        run = self.runner
         rows = run.row_grid(T)  # the runner's: a graph that reads it outlives this batch
-        inputs = (self.seq, ptr, *self._first_rows(T), *mix)
-        if not run.cuda_graphs:
-            z, e, logits = self._model_call(keys, rows, *inputs)
-            return z, e if rule.eta > 0 else None, logits
-        outs = self._output_views.get(T)
-        if outs is None:
-            outs = self._output_views[T] = tuple(t[:, :T] for t in self._outputs)
-        run.graphed(f"diffusion-{self.tag}-k{keys}", functools.partial(self._model_call_into, keys, rows),
-                    *outs, *inputs, fixed=len(outs) + 1)  # writes outs; seq: read where it is
-        return outs[0], outs[1] if rule.eta > 0 else None, outs[-1]
-
-    def _model_call_into(self, keys: int, rows: Tensor, *args: Tensor) -> tuple[Tensor, ...]:
-        """:meth:`_model_call` under graphs, written into the first arguments (the step's views of ``_outputs``)."""
-        n = len(self._outputs)
-        z, e, logits = self._model_call(keys, rows, *args[n:], float32=False)
-        for out, t in zip(args[:n], (z, *([e] if self.rule.eta > 0 else []), logits)):
-            out.copy_(t)
-        return ()
-
-    def _model_call(self, keys: int, rows: Tensor, seq: Tensor, ptr: Tensor, z: Tensor, *rest: Tensor,
-                    float32: bool = True) -> tuple[Tensor, ...]:
-        """The model's part of a step: noise, P with momentum, r' recurrences, C (:meth:`_model_step`'s inputs: the
-        step's rows of the window's states, momentum term and ages, then the noise; ``float32``: the logits' dtype,
-        :meth:`~recdiff.model.RecurrentDepthModel.decode`)."""
-        run, rule, eta = self.runner, self.rule, self.rule.eta
-        e_prev, rest = (rest[0], rest[1:]) if eta > 0 else (None, rest)
-        # the noise: a few operations, eagerly also on the compile path (a program's call costs more than they do)
-        if rule.beta > 0:
-            z = noised(rule, (z, *rest))
-        # e ← η·e_prev + (1 − η)·P(y) (the window holds η·e_prev), inside P's call
-        e, pos = run.embed_window(rows, seq, ptr, keys, None if e_prev is None else (eta, e_prev))
-        z = run.cores(z, e, pos, keys, self.r_inner)
-        return z, e, run.decode(z, pos, keys, float32=float32)
-
-    def _first_rows(self, T: int) -> tuple[Tensor, ...]:
-        """The first ``T`` rows (dimension 1) of each window buffer the model call takes, dense: for one slot views
-        with row-major strides, made once per ``T`` (the buffers stay the same tensors; no strides left for the
-        compiled pieces to fix); for several, copied once here rather than by each compiled piece that takes them."""
-        if self.slots > 1:
-            return tuple(t.narrow(1, 0, T).contiguous() for t in self._model_window)
-        views = self._window_views.get(T)
-        if views is None:
-            shapes = [(1, T, *t.shape[2:]) for t in self._model_window]
-            views = self._window_views[T] = tuple(t.as_strided(shape, torch.empty(shape, device="meta").stride())
-                                                  for t, shape in zip(self._model_window, shapes))
-        return views
+        outs = run.outputs("diffusion", self._output_shapes, T)
+        z, logits, *e = run.step(Step(model_step, (self.rule, keys)), rows, self.seq, ptr,
+                                    *run.leading(self._model_window, T), *mix, fixed=2, into=outs)
+        return z, e[0] if e else None, logits
 
     def _advance(self, T: int, Tg: int, ptr: Tensor, z: Tensor, e: Tensor | None, logits: Tensor,
                  extra: list[Tensor]) -> tuple[Tensor, ...]:
-        """5.-6. of a step (:func:`recdiff.samplers.diffusion_step.advance`), one graph per shape: writes the batch
-        state and returns the read-back (with δ while a sequence is traced). Compiled, its
-        specialisation is known here (the runner's slots; compiled widths are at least 2; the new states' noise may
-        have one row): handed to the runner, which then skips its pass over the 9-odd arguments."""
-        traced = self._traced > 0
-        run, after, name = self.runner, self._after[traced], self._advance_name[traced]
+        """5.-6. of a step (:func:`recdiff.samplers.diffusion_step.advance`): writes the batch state (and, under
+        graphs, reads the model call's outputs) where they are, and returns the read-back (with δ while a sequence is
+        traced). Its specialisation is known here (compiled widths are at least 2; the new states' noise may have one
+        row): handed to the engine with the dimensions that are the batch's constants."""
         rows_g = self._grown_rows.get(T)
         if rows_g is None:
             rows_g = self._grown_rows[T] = self.rows[:Tg][None]  # a dense view, once per width
-        args = (*self._state, ptr, z, *([e] if e is not None else []), logits, rows_g, *extra)
-        if not run.cuda_graphs:
-            return run.run(name, after, args, SMALL, (extra[-1].shape[1] == 1,) if self.rule.noise else (),
-                           self._advance_static)
+        outs = (z, logits, *([e] if e is not None else []))
+        sig = (extra[-1].shape[1] == 1,) if self.rule.noise else ()
+        return self.runner.step(Step(advance, (self.rule, self._traced > 0)), *self._state, *outs, ptr, rows_g,
+                                   *extra, model=False, fixed=len(self._state) + len(outs), sig=sig,
+                                   static=self._advance_static)
 
-        # the state and the model call's outputs (its buffers' views for this T) are read and written where they are
-        n, k = len(self.names), len(self._outputs)
-        outs = (z, *([e] if e is not None else []), logits)
-
-        def advance_step(*args: Tensor) -> tuple[Tensor, ...]:
-            return run.run(name, after, (*args[:n], args[n + k], *args[n : n + k], *args[n + k + 1 :]), SMALL)
-
-        return run.graphed(name, advance_step, *self._state, *outs, ptr, rows_g, *extra, model=False, fixed=n + k)
-
-    def capture_graphs(self, shortest: int, longest: int) -> None:
-        """Under CUDA graphs, capture now every step graph that sequences of ``shortest`` to ``longest`` positions
-        (prompt and new tokens) can meet: each power-of-two wavefront width up to the window (how wide a wavefront
-        grows depends on how fast it converges, which no example prompt fixes), with each key count its front can
-        reach, and each width of new states' noise. Run with every slot free (``W`` = 0): the batch's tokens and
-        counts are rewritten with themselves, its window rows with zeros (a free slot's rows are written before they
-        are read); K/V rows written at positions of free slots are rewritten before any query reads them, as in every
-        step. Nothing to do without graphs (the CPU compile path has dynamic shapes)."""
+    def warm_shapes(self, shortest: int, longest: int) -> None:
+        """Run now (:func:`recdiff.samplers.warm_up`, where the engine replays a graph per shape) every step shape
+        that sequences of ``shortest`` to ``longest`` positions (prompt and new tokens) can meet: each power-of-two
+        wavefront width up to the window (how wide a wavefront grows depends on how fast it converges, which no
+        example prompt fixes), with each key count its front can reach, and each width of new states' noise. Run
+        with every slot free (``W`` = 0): the batch's tokens and counts are rewritten with themselves, its window rows
+        with zeros (a free slot's rows are written before they are read); K/V rows written at positions of free slots
+        are rewritten before any query reads them, as in every step."""
         run, rule = self.runner, self.rule
-        if not run.cuda_graphs:
-            return
         ptr = torch.zeros((len(PTR), self.slots, 1), dtype=torch.long, device=self.dev)
         noise = lambda rows: torch.zeros((self.slots, rows, self.E), device=self.dev, dtype=self.z.dtype)  # noqa: E731
         for T in sorted({run.width(n, self.window) for n in range(1, self.window + 1)}):
-            mix = [noise(T)] if rule.beta > 0 and rule.noise else []
+            mix = [noise(T)] if self.p.beta > 0 and rule.noise else []
             for keys in sorted({run.keys(x) for x in range(shortest + T - 1, longest + T)}):
                 z, e, logits = self._model_step(T, keys, ptr, mix)
             extra = [] if rule.greedy else [torch.zeros((self.slots, T), dtype=torch.long, device=self.dev)]
@@ -434,3 +331,22 @@ class DiffusionBatch:
         recorder = rec.recorder
         return GenerationResult(tokens=tokens, stats=stats, trace=recorder.finish() if recorder else None,
                                 stopped_by=rec.stopped_by)
+
+
+def model_step(c: tuple[Rule, int], run: Runner, rows: Tensor, seq: Tensor, ptr: Tensor, z: Tensor, *rest: Tensor
+               ) -> tuple[Tensor, ...]:
+    """The model's part of a sampler step (``c``: the rule and the keys attended to): noise, P with momentum, r'
+    recurrences, C over the window rows ``rows`` (B, T) of every slot, from the token ids ``seq`` and pointers
+    ``ptr``, the step's rows of the window's states ``z``, momentum term (η > 0) and ages (β > 0), then the noise
+    (α > 0). Returns the states, the logits in the model's dtype (which converts to float32 exactly) and, with η > 0,
+    the embeddings."""
+    rule, keys = c
+    eta = rule.p.eta
+    e_prev, rest = (rest[0], rest[1:]) if eta > 0 else (None, rest)
+    # the noise: a few operations, eagerly also on the compile path (a program's call costs more than they do)
+    if rule.p.beta > 0:
+        z = noised(rule, (z, *rest))
+    # e ← η·e_prev + (1 − η)·P(y) (the window holds η·e_prev), inside P's call
+    e, pos = run.embed_window(rows, seq, ptr, keys, None if e_prev is None else (eta, e_prev))
+    z = run.cores(z, e, pos, keys, rule.p.r_inner)
+    return z, run.decode(z, pos, keys, float32=False), *([e] if eta > 0 else [])

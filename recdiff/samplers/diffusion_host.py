@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from recdiff.engine import Record
 from recdiff.trace import TraceRecorder
 
 
-@dataclass
-class SlotRecord:
+@dataclass(kw_only=True)
+class SlotRecord(Record):
     """One sequence's host-side record, kept from each step's read-back (the only device read of a step): the
     pointers the next step hands in, and what its result reports."""
 
@@ -30,10 +31,8 @@ class SlotRecord:
     empty: bool = False  # the whole wavefront froze in the last step (with α > 0: a fresh state is drawn)
     spans: list[tuple[int, int, int]] = field(default_factory=list)  # per step: the states refined (start, W), growth
     frozen_at: list[int] = field(default_factory=list)  # per new token: the step that froze it (0: the prefill)
-    tokens: list[int] = field(default_factory=list)  # the new tokens frozen so far (kept only with stops)
+    # tokens: the new tokens frozen so far, kept only with stops (the result's come from the batch state)
     hit_cap: bool = False
-    done: bool = False
-    stopped_by: str = "length"
     recorder: TraceRecorder | None = None  # only for sequences asked to be traced
 
     @property

@@ -13,7 +13,7 @@ A step is tensor functions around the model call (P, r' recurrences, C; P reads 
 window's states before the recurrences and :func:`advance` after the call, which writes the batch state into its
 buffers in place (they keep their shapes for the batch's life). Each runs eagerly, as a compiled program
 (recdiff/engine/program.py) or inside a CUDA graph; everything it depends on besides its tensors is in
-:class:`StepRule` (part of a compiled program's name), and no Python branch depends on a tensor's size or value. The
+:class:`Rule` (part of a compiled program's key), and no Python branch depends on a tensor's size or value. The
 host hands in each slot's pointers (``ptr``: start, W, the states it grows by this step, the previous shift), which
 it keeps from the step's one read-back (:data:`READ`), and the step's random draws (α = ``init_scale`` > 0, random
 headway ids, sampled proposals), made from each sequence's own stream. A slot without a live sequence has ``W = 0``
@@ -23,37 +23,50 @@ and ``growth = 0``: every row is padding and nothing it writes is ever read.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from recdiff.params import AdaptiveRule, DiffusionParams, Freeze, FreezeRule
+
 
 @dataclass(frozen=True)
-class StepRule:
-    """Every constant of a step's tensor functions (part of a compiled program's name)."""
+class Rule:
+    """A step's constants: the sampler's typed parameters (every field of them keys the step's programs and graphs,
+    :mod:`recdiff.engine.step`) and what the call adds: greedy proposals, stops to check. The rest derives."""
 
-    r: int
-    r_inner: int
-    headway: int
-    eta: float
-    beta: float
-    beta_schedule: str
-    noise: bool  # α > 0: new and noised states are InitState(α) draws (made on the host); else zeros
-    continuous: bool
-    adaptive: bool
-    reference: bool
-    prefix: bool
-    epsilon: float
-    r_freeze: int | None
+    p: DiffusionParams
     greedy: bool
     tokens: bool  # stop ids or strings given: the read-back carries the proposals, which the host checks
-    pad_id: int | None  # headway extras (None: random ids, written by the host)
+
+    @property
+    def noise(self) -> bool:
+        """α > 0: new and noised states are InitState(α) draws (made on the host); else zeros."""
+        return self.p.init_scale > 0
+
+    @property
+    def adaptive(self) -> bool:
+        return self.p.freeze == Freeze.adaptive
+
+    @property
+    def reference(self) -> bool:
+        return self.p.adaptive_rule == AdaptiveRule.reference
+
+    @property
+    def prefix(self) -> bool:
+        return self.p.freeze_rule == FreezeRule.prefix
+
+    @property
+    def r_freeze(self) -> int | None:
+        """The recurrence budget: r_freeze, else r under fixed freezing (final after r recurrences); none under
+        adaptive freezing unless one is given."""
+        return self.p.r_freeze or (None if self.adaptive else self.p.r)
 
     @property
     def ages(self) -> bool:
         """Whether the window keeps each state's sampler recurrences: for the budget and for β_t."""
-        return self.r_freeze is not None or self.beta > 0
+        return self.r_freeze is not None or self.p.beta > 0
 
 
 # What the host reads back after a step, per slot: the shift (states that left the wavefront, each freezing the token
@@ -62,11 +75,11 @@ READ = ("shift", "tokens")
 PTR = ("start", "W", "growth", "lag")  # the pointers the host hands in, one (4, B, 1) tensor
 
 
-def state_names(rule: StepRule) -> tuple[str, ...]:
+def state_names(rule: Rule) -> tuple[str, ...]:
     """The batch state :func:`advance` reads and writes, in order: per absolute position ``seq`` (tokens) and
     ``unchanged`` (steps at which the token's new proposal equalled the one it replaced); the window ``z``, ``e``
-    (momentum), ``age`` (:attr:`StepRule.ages`)."""
-    return ("seq", "unchanged", "z") + (("e",) if rule.eta > 0 else ()) + (("age",) if rule.ages else ())
+    (momentum), ``age`` (:attr:`Rule.ages`)."""
+    return ("seq", "unchanged", "z") + (("e",) if rule.p.eta > 0 else ()) + (("age",) if rule.ages else ())
 
 
 def beta_per_position(beta: float, schedule: str, n: Tensor, r: int) -> Tensor:
@@ -80,40 +93,33 @@ def beta_per_position(beta: float, schedule: str, n: Tensor, r: int) -> Tensor:
     return beta * (1 - n / r).clamp(min=0)  # linear: reaches 0 once a position has had r recurrences
 
 
-def piece(fn: Callable[[StepRule, tuple[Tensor, ...]], tuple[Tensor, ...]], rule: StepRule) -> Callable[..., Any]:
-    """``fn`` as an engine piece (``piece(model, runner, args)``) for this rule."""
-
-    def run(model: Any, runner: Any, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-        return fn(rule, args)
-
-    return run
-
-
-def noised(rule: StepRule, args: tuple[Tensor, ...]) -> Tensor:
+def noised(rule: Rule, args: tuple[Tensor, ...]) -> Tensor:
     """With β > 0, the window's states noised, z ← (1 − β_t)·z + β_t·InitState(α), β_t by the schedule and the
     state's recurrences so far. Args: the states and ages ``(B, T, …)`` and (α > 0) the noise."""
     z, age, *noise = args
-    b_t = beta_per_position(rule.beta, rule.beta_schedule, age.to(z.dtype), rule.r)[..., None]
+    b_t = beta_per_position(rule.p.beta, rule.p.beta_schedule, age.to(z.dtype), rule.p.r)[..., None]
     return (1 - b_t) * z + b_t * (noise[0] if rule.noise else torch.zeros_like(z))
 
 
-def advance(rule: StepRule, args: tuple[Tensor, ...], traced: bool = True) -> tuple[Tensor, ...]:
+def advance(c: tuple[Rule, bool], run: Any, *args: Tensor) -> tuple[Tensor, ...]:
     """Steps 4-6 of the sampler after the model call, for every slot at once: the proposals, the freeze decision
     (δ per state, k*, the recurrence budget), growth by ``growth`` states, the window's move; written into the batch
     state in place (its buffers keep their shapes, so nothing is allocated for them and views of them stay valid).
 
     Args: the state (:func:`state_names`: ``seq`` and ``unchanged`` (B, S), the window buffers (B, rows, …), rows ≥
-    Tg); ``ptr`` (4, B, 1) (:data:`PTR`); the model's states ``z`` (B, T, E), with momentum the embeddings ``e`` it
-    used, ``logits`` (B, T, V); the grown window's row numbers ``rows_g`` (1, Tg) (0 … Tg-1, Tg > T or Tg = T = the
+    Tg); the model's states ``z`` (B, T, E), ``logits`` (B, T, V) and, with momentum, the embeddings ``e`` it used;
+    ``ptr`` (4, B, 1) (:data:`PTR`); the grown window's row numbers ``rows_g`` (1, Tg) (0 … Tg-1, Tg > T or Tg = T = the
     window; the step's own rows are made here, a compiled program's iota rather than two more arguments); the rule's
     extras: sampled proposals, new states' noise. Writes the state (the window's first Tg rows) and returns the
     read-back ``(B, k)`` (:data:`READ`) and, with adaptive freezing and ``traced``, δ ``(B, T)`` (for traces; one
-    output less to allocate on every untraced step)."""
+    output less to allocate on every untraced step). ``c``: the rule and ``traced``; a step function
+    (:mod:`recdiff.engine.step`) that needs nothing of the runner ``run``."""
+    rule, traced = c
     names = state_names(rule)
     s = dict(zip(names, args))
-    ptr, z, *rest = args[len(names):]
-    e = rest.pop(0) if rule.eta > 0 else None
-    logits, rows_g, *rest = rest
+    z, logits, *rest = args[len(names):]
+    e = rest.pop(0) if rule.p.eta > 0 else None
+    ptr, rows_g, *rest = rest
     new = logits.argmax(-1) if rule.greedy else rest.pop(0)  # (B, T): proposals for tokens start+1 … start+T
     grow_noise = rest.pop(0) if rule.noise else None
     T = z.shape[1]
@@ -143,7 +149,7 @@ def advance(rule: StepRule, args: tuple[Tensor, ...], traced: bool = True) -> tu
         else:
             prev, compared = s["z"][:, :T], valid
         delta = _relative_change(z, prev)  # (B, T)
-        below = (delta < rule.epsilon) & compared
+        below = (delta < rule.p.epsilon) & compared
         if rule.prefix:  # eq. (conv): the leading run of converged states, up to the first that is not (a reduction
             # inductor fuses, where a cumprod is a kernel of its own)
             n_conv = torch.where(below, T, rows).amin(1, keepdim=True)
@@ -158,7 +164,7 @@ def advance(rule: StepRule, args: tuple[Tensor, ...], traced: bool = True) -> tu
     # 6b. the states' sampler recurrences; the recurrence budget: states with r_freeze leave (the oldest first, so a
     # prefix)
     if rule.ages:
-        age = s["age"][:, :T] + rule.r_inner
+        age = s["age"][:, :T] + rule.p.r_inner
         if rule.r_freeze is not None:
             shift = torch.maximum(shift, ((age >= rule.r_freeze) & valid).sum(1, keepdim=True))
 
@@ -172,14 +178,14 @@ def advance(rule: StepRule, args: tuple[Tensor, ...], traced: bool = True) -> tu
     at = source.clamp(max=T - 1)
     idx = at[..., None].expand(-1, -1, z.shape[-1])
     fresh: Tensor | float = _rows_at(grow_noise, source, W).to(z.dtype) if rule.noise else 0.0
-    if rule.continuous:
+    if rule.p.continuous_compute:
         left = z.gather(1, (source - growth).clamp(0, T - 1)[..., None].expand(-1, -1, z.shape[-1]))
         fresh = torch.where((W >= growth)[..., None], left, fresh)
     kept3 = kept[..., None]
     z_next = torch.where(kept3, z.gather(1, idx), fresh)
-    if rule.continuous:
+    if rule.p.continuous_compute:
         z_next = torch.where(((shift == W + growth) & (rows_g == 0))[..., None], 0.0, z_next)
-    e_next = torch.where(kept3, (rule.eta * e).gather(1, idx), 0.0) if e is not None else None
+    e_next = torch.where(kept3, (rule.p.eta * e).gather(1, idx), 0.0) if e is not None else None
     age_next = torch.where(kept, age.gather(1, at), 0) if rule.ages else None
 
     # the writes, after every read of the state they overwrite, by index: a compiled program makes them in place (a
@@ -187,10 +193,10 @@ def advance(rule: StepRule, args: tuple[Tensor, ...], traced: bool = True) -> tu
     # argument's size would be specialised on
     slot = torch.arange(seq.shape[0], device=seq.device)[:, None]  # (B, 1)
     seq.index_put_((slot, tpos), tok)
-    if rule.pad_id is not None and rule.headway > 1:  # the extras after the first new position hold pad_id
-        extra = rows_g[:, : rule.headway - 1]
+    if rule.p.pad_id is not None and rule.p.headway > 1:  # the extras after the first new position hold pad_id
+        extra = rows_g[:, : rule.p.headway - 1]
         pad_at = start + W + 1 + extra
-        seq.index_put_((slot, pad_at), torch.where(extra < growth - 1, rule.pad_id, seq.gather(1, pad_at)))
+        seq.index_put_((slot, pad_at), torch.where(extra < growth - 1, rule.p.pad_id, seq.gather(1, pad_at)))
     unchanged.index_put_((slot, tpos), counts)
     window = rows_g[0]
     s["z"].index_copy_(1, window, z_next)

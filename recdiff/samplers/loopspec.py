@@ -16,35 +16,37 @@ together still run S recurrences per token (and those of dropped lanes): width f
 
 from __future__ import annotations
 
-import functools
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from recdiff.cache import READOUTS
-from recdiff.checks import validate
-from recdiff.engine.pool import call_length, get_runner
-from recdiff.engine.runner import Runner
-from recdiff.engine.scheduler import Request
+from recdiff.engine import Record, Request, Runner, Step, call_length, get_runner
 from recdiff.params import LoopSpecParams
 from recdiff.samplers import rejection
 from recdiff.samplers.base import GenerationResult, Options, check_fits
 from recdiff.samplers.lanes import Lane, Schedule, Tree
 
-SPEC = LoopSpecParams.spec()   # the parameters are declared in recdiff/params.py
-RULES = LoopSpecParams.rules
 FINAL = READOUTS - 1           # the coda plane of the full-depth readout
 
 
-def make_batch(opts: Options, params: dict) -> LoopSpecBatch:
-    return LoopSpecBatch(opts, validate("loopspec", params, SPEC, RULES))
+@dataclass(kw_only=True)
+class LoopSpecRecord(Record):
+    slot: int
+    tree: Tree  # its lanes; tokens: the tree's committed tokens (the same list)
+    cycles: int = 0
+    q1: list[int] = field(default_factory=lambda: [0, 0])  # first readouts checked, right
+    q2: list[int] = field(default_factory=lambda: [0, 0])  # second readouts checked, right
+    peak_lanes: int = 0
+    accepted: list[int] = field(default_factory=list)  # per committed token after the first: 1 q1, 2 q2, 0 neither
 
 
 class LoopSpecBatch:
-    def __init__(self, opts: Options, p: dict) -> None:
+    def __init__(self, opts: Options, p: LoopSpecParams) -> None:
         m = opts.model
-        self.opts, self.slots, self.init_scale = opts, opts.slots, p["init_scale"]
-        self.schedule = Schedule(p["r"], p["r_draft"], p["r_draft2"])
+        self.opts, self.slots, self.init_scale = opts, opts.slots, p.init_scale
+        self.schedule = Schedule(p.r, p.r_draft, p.r_draft2)
         self.lanes_per_seq = self.schedule.max_lanes
         # A row holds the longest sequence of the call, then the side places of lanes on a branch of their own, then
         # room for a padding row's place: every depth has a plane (r of the core's, three of the coda's), so rows are
@@ -85,53 +87,52 @@ class LoopSpecBatch:
             tok = int(self.opts.select(logits[i : i + 1], req.generator)[0])
             L = len(req.prompt)
             tree = Tree(L, self.side)
-            req.data = {"slot": slot, "tree": tree, "stopped_by": "length", "done": False, "cycles": 0,
-                        "core_passes": sch.S, "tokens_forward": sch.S * L, "q1": [0, 0], "q2": [0, 0],
-                        "peak_lanes": 0, "accepted": []}
+            req.record = LoopSpecRecord(slot=slot, tree=tree, tokens=tree.tokens, core_passes=sch.S,
+                                        tokens_forward=sch.S * L)
             self.req[slot] = req
             self._commit_first(req, tok)
 
     def _commit_first(self, req: Request, tok: int) -> None:
-        tree = req.data["tree"]
+        tree = req.record.tree
         tree.tokens.append(tok)
         if not self._stops(req):
             self._start(req, 1, tok, None, None)
 
     def _stops(self, req: Request) -> bool:
         """Whether the last committed token ends the sequence."""
-        d, tokens = req.data, req.data["tree"].tokens
+        d, tokens = req.record, req.record.tree.tokens
         stop = self.opts.stop.first_stop(tokens, len(tokens) - 1)
         if stop:
             del tokens[stop[0]:]
-            d["stopped_by"], d["done"] = stop[1], True
+            d.stopped_by, d.done = stop[1], True
         elif len(tokens) >= req.max_new_tokens:
-            d["done"] = True
-        return d["done"]
+            d.done = True
+        return d.done
 
     def _start(self, req: Request, index: int, token: int, parent: Lane | None, origin: int | None) -> Lane:
-        return req.data["tree"].start(index, token, self.free_bank.pop(), parent, origin)
+        return req.record.tree.start(index, token, self.free_bank.pop(), parent, origin)
 
     def _release(self, lanes: list[Lane]) -> None:
         self.free_bank.extend(lane.bank for lane in lanes)
 
     # ------------------------------------------------------------------------------------------ one cycle
     def step(self) -> list[int]:
-        live = [b for b, q in enumerate(self.req) if q is not None and not q.data["done"]]
+        live = [b for b, q in enumerate(self.req) if q is not None and not q.record.done]
         if live:
             self._cycle(live)
-        return [b for b, q in enumerate(self.req) if q is not None and q.data["done"]]
+        return [b for b, q in enumerate(self.req) if q is not None and q.record.done]
 
     def _cycle(self, live: list[int]) -> None:
         run, sch = self.runner, self.schedule
-        lanes = [(b, lane) for b in live for lane in self.req[b].data["tree"].lanes]
+        lanes = [(b, lane) for b in live for lane in self.req[b].record.tree.lanes]
         for b in live:
-            d = self.req[b].data
-            d["cycles"] += 1
-            d["core_passes"] += sch.K * len(d["tree"].lanes)
-            d["tokens_forward"] += sch.K * len(d["tree"].lanes)
-            d["peak_lanes"] = max(d["peak_lanes"], len(d["tree"].lanes))
+            d = self.req[b].record
+            d.cycles += 1
+            d.core_passes += sch.K * len(d.tree.lanes)
+            d.tokens_forward += sch.K * len(d.tree.lanes)
+            d.peak_lanes = max(d.peak_lanes, len(d.tree.lanes))
         # the keys every call of the cycle attends to, and one place past them for padding rows
-        needed = max(max(self.req[b].data["tree"].committed_end for b in live),
+        needed = max(max(self.req[b].record.tree.committed_end for b in live),
                      max(lane.slot for _, lane in lanes) + 1) + 1
         keys = run.keys(needed)
         junk = keys - 1
@@ -141,9 +142,8 @@ class LoopSpecBatch:
         most = self.slots * self.lanes_per_seq
         rows = self._rows(lanes, run.width(len(lanes), most), keys, junk)
         bank = rows["bank"]
-        cores = functools.partial(_lane_cores, run, sch.K)
-        z = run.graphed(f"loopspec-cores{sch.K}-k{keys}", cores, self.z[bank], self.e[bank], rows["pos"],
-                        rows["slot"], rows["visible"], rows["rows"], rows["stage"])
+        z = run.step(Step(_lane_cores, (sch.K, keys)), self.z[bank], self.e[bank], rows["pos"], rows["slot"],
+                        rows["visible"], rows["rows"], rows["stage"])
         self.z[bank[: len(lanes)]] = z[: len(lanes)]
         out = [(i, b, lane) for i, (b, lane) in enumerate(lanes) if lane.stage + sch.K - 1 in sch.readouts]
         if out:
@@ -152,8 +152,7 @@ class LoopSpecBatch:
             at = torch.tensor([i for i, _, _ in out] + [0] * pad, device=run.device)
             plane = torch.tensor([sch.readouts[lane.stage + sch.K - 1] for _, _, lane in out] + [0] * pad,
                                  device=run.device)
-            decode = functools.partial(_lane_decode, run)
-            logits = run.graphed(f"loopspec-decode-k{keys}", decode, z[at], ro["pos"], ro["slot"], ro["visible"],
+            logits = run.step(Step(_lane_decode, (keys,)), z[at], ro["pos"], ro["slot"], ro["visible"],
                                  ro["rows"], plane)[: len(out), -1]
             self._decide(out, logits)
         for _, lane in lanes:
@@ -163,7 +162,7 @@ class LoopSpecBatch:
         """The call arguments of ``lanes`` padded to ``width`` rows: a padding row sits at the junk place of cache
         row 0 and sees only that place (no lane's place, never another row's keys). Two host-to-device copies."""
         run, n = self.runner, len(lanes)
-        trees = [self.req[b].data["tree"] for b, _ in lanes]
+        trees = [self.req[b].record.tree for b, _ in lanes]
         meta = [[lane.token, lane.pos, lane.slot, b, lane.stage, lane.bank, tree.committed_end]
                 for (b, lane), tree in zip(lanes, trees)]
         meta += [[0, 0, junk, 0, 0, self.pad_bank, 0]] * (width - n)
@@ -181,8 +180,8 @@ class LoopSpecBatch:
         sequence's own stream)."""
         run, m = self.runner, self.opts.model
         rows = self._rows(new, run.width(len(new), self.slots * self.lanes_per_seq), keys, junk)
-        e = run.graphed(f"loopspec-embed-k{keys}", functools.partial(_lane_embed, run), rows["ids"], rows["pos"],
-                        rows["slot"], rows["visible"], rows["rows"])
+        e = run.step(Step(_lane_embed, (keys,)), rows["ids"], rows["pos"], rows["slot"], rows["visible"],
+                        rows["rows"])
         bank = rows["bank"][: len(new)]
         self.e[bank] = e[: len(new)]
         self.z[bank] = 0
@@ -191,28 +190,24 @@ class LoopSpecBatch:
                 self.z[lane.bank] = m.initial_state(self.z[lane.bank][None], self.init_scale,
                                                     self.req[b].generator)[0]
 
-    def capture_graphs(self, shortest: int, longest: int) -> None:
-        """Under CUDA graphs, capture now every cycle graph a call can meet: how many lanes live depends on how often
-        the readouts guess right, which no example prompt fixes, so each power-of-two count of rows up to every
-        slot's lanes, with each key count from the shortest prompt to the rows' end (side places included). Run with
-        every slot free: padding rows only, which write the junk place of cache row 0 and the padding bank, both
-        written before any lane reads them. ``longest``: unused, the rows' end bounds the key counts."""
+    def warm_shapes(self, shortest: int, longest: int) -> None:
+        """Run now (:func:`recdiff.samplers.warm_up`, where the engine replays a graph per shape) every cycle shape a
+        call can meet: how many lanes live depends on how often the readouts guess right, which no example prompt
+        fixes, so each power-of-two count of rows up to every slot's lanes, with each key count from the shortest
+        prompt to the rows' end (side places included). Run with every slot free: padding rows only, which write the
+        junk place of cache row 0 and the padding bank, both written before any lane reads them. ``longest``: unused,
+        the rows' end bounds the key counts."""
         run = self.runner
-        if not run.cuda_graphs:
-            return
         most = self.slots * self.lanes_per_seq
-        embed = functools.partial(_lane_embed, run)
-        cores = functools.partial(_lane_cores, run, self.schedule.K)
-        decode = functools.partial(_lane_decode, run)
         for keys in sorted({run.keys(x) for x in range(shortest + 1, run.length + 1)}):
             for width in sorted({run.width(n, most) for n in range(1, most + 1)}):
                 rows = self._rows([], width, keys, keys - 1)
                 where = rows["pos"], rows["slot"], rows["visible"], rows["rows"]
-                run.graphed(f"loopspec-embed-k{keys}", embed, rows["ids"], *where)
-                z = run.graphed(f"loopspec-cores{self.schedule.K}-k{keys}", cores, self.z[rows["bank"]],
+                run.step(Step(_lane_embed, (keys,)), rows["ids"], *where)
+                z = run.step(Step(_lane_cores, (self.schedule.K, keys)), self.z[rows["bank"]],
                                 self.e[rows["bank"]], *where, rows["stage"])
                 zeros = torch.zeros(width, dtype=torch.long, device=run.device)
-                run.graphed(f"loopspec-decode-k{keys}", decode, z[zeros], *where, zeros)
+                run.step(Step(_lane_decode, (keys,)), z[zeros], *where, zeros)
 
     # ------------------------------------------------------------------------------------------ decisions
     def _decide(self, out: list[tuple[int, int, Lane]], logits: Tensor) -> None:
@@ -238,7 +233,7 @@ class LoopSpecBatch:
                     lane.q1 = probs[j]
                     lane.first = rejection.draw(lane.q1, gen)
                 self._child(req, lane, lane.first, end)
-            elif req.data["tree"].has_place(lane.index + 1):  # q2: a second proposal where it differs from the first
+            elif req.record.tree.has_place(lane.index + 1):  # q2: a second proposal where it differs from the first
                 if probs is None:
                     if tokens[j] != lane.first:
                         lane.second = tokens[j]
@@ -254,11 +249,11 @@ class LoopSpecBatch:
     def _child(self, req: Request, lane: Lane, token: int, origin: int) -> None:
         """A lane from a proposal, within the length limit and where a place is free (else the token, if it is
         committed, starts a fresh lane then)."""
-        if lane.index + 1 < req.max_new_tokens and req.data["tree"].has_place(lane.index + 1):
+        if lane.index + 1 < req.max_new_tokens and req.record.tree.has_place(lane.index + 1):
             self._start(req, lane.index + 1, token, lane, origin)
 
     def _final(self, req: Request, lane: Lane, token: int | None, p: Tensor | None) -> None:
-        sch, d = self.schedule, req.data
+        sch, d = self.schedule, req.record
         if p is None:  # greedy: the full-depth token; which proposal (if any) it was
             which = 1 if token == lane.first else 2 if lane.second is not None and token == lane.second else 0
         elif lane.first is None:
@@ -266,18 +261,18 @@ class LoopSpecBatch:
         else:
             token, which = rejection.verify(p, lane.q1, lane.first, lane.r2, lane.second, req.generator)
         if lane.first is not None:
-            d["q1"][0] += 1
-            d["q1"][1] += which == 1
+            d.q1[0] += 1
+            d.q1[1] += which == 1
         if lane.second is not None and which != 1:
-            d["q2"][0] += 1
-            d["q2"][1] += which == 2
-        d["accepted"].append(which)
+            d.q2[0] += 1
+            d.q2[1] += which == 2
+        d.accepted.append(which)
         accepted = {1: sch.K - 1, 2: None if sch.K2 is None else sch.K2 - 1}.get(which)
-        tree: Tree = d["tree"]
+        tree: Tree = d.tree
         kept, dropped, move = tree.commit(lane, token, accepted)
         self._release(dropped)
         if move is not None:
-            self.runner.cache.move(d["slot"], *move)
+            self.runner.cache.move(d.slot, *move)
         if self._stops(req):
             self._release(tree.drop_all())
         elif kept is None:
@@ -286,35 +281,39 @@ class LoopSpecBatch:
     # ------------------------------------------------------------------------------------------ results
     def finish(self, slot: int) -> GenerationResult:
         req, self.req[slot] = self.req[slot], None
-        d = req.data
-        self._release(d["tree"].drop_all())
-        tokens = d["tree"].tokens
+        d = req.record
+        self._release(d.tree.drop_all())
+        tokens = d.tree.tokens
         decoded = max(len(tokens) - 1, 1)
         stats = {
-            "core_passes": d["core_passes"],
-            "tokens_forward": d["tokens_forward"],
-            "steps": d["cycles"],
+            "core_passes": d.core_passes,
+            "tokens_forward": d.tokens_forward,
+            "steps": d.cycles,
             "new_tokens": len(tokens),
-            "q1_acceptance": d["q1"][1] / d["q1"][0] if d["q1"][0] else None,
-            "q2_acceptance": d["q2"][1] / d["q2"][0] if d["q2"][0] else None,
+            "q1_acceptance": d.q1[1] / d.q1[0] if d.q1[0] else None,
+            "q2_acceptance": d.q2[1] / d.q2[0] if d.q2[0] else None,
             # recurrences a token waited for after the first (the prefill's): K per cycle
-            "sequential_per_token": d["cycles"] * self.schedule.K / decoded,
-            "peak_lanes": d["peak_lanes"],
-            "accepted": d["accepted"],  # per committed token after the first: 1 q1, 2 q2, 0 neither
+            "sequential_per_token": d.cycles * self.schedule.K / decoded,
+            "peak_lanes": d.peak_lanes,
+            "accepted": d.accepted,  # per committed token after the first: 1 q1, 2 q2, 0 neither
             "kv_cache_bytes": self.runner.cache.bytes_per_slot(*self.kv_shape),
         }
-        return GenerationResult(tokens=tokens, stats=stats, stopped_by=d["stopped_by"])
+        return GenerationResult(tokens=tokens, stats=stats, stopped_by=d.stopped_by)
 
 
-# the cycle's model calls as graphs capture them: functions of the runner and tensors alone (a graph outlives a batch)
-def _lane_embed(run: Runner, *args: Tensor) -> Tensor:
+make_batch = LoopSpecBatch
+
+
+# the cycle's model calls as steps (recdiff.engine.step): the keys they attend to (their graphs' shapes) and the
+# recurrences of a cycle are their constants
+def _lane_embed(c: tuple[int], run: Runner, *args: Tensor) -> Tensor:
     return run.lane_embed(*args)
 
 
-def _lane_cores(run: Runner, n: int, z: Tensor, e: Tensor, *args: Tensor) -> Tensor:
+def _lane_cores(c: tuple[int, int], run: Runner, z: Tensor, e: Tensor, *args: Tensor) -> Tensor:
     *where, stage = args
-    return run.lane_cores(z, e, *where, stage, n)
+    return run.lane_cores(z, e, *where, stage, c[0])
 
 
-def _lane_decode(run: Runner, *args: Tensor) -> Tensor:
+def _lane_decode(c: tuple[int], run: Runner, *args: Tensor) -> Tensor:
     return run.lane_decode(*args)

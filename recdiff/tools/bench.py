@@ -31,7 +31,7 @@ every attended position in every attention layer pass) over the copy bandwidth m
 is that bound's share reached: bytes that had to be read per second ÷ the copy bandwidth. Huginn-0125 in bf16 reads
 ~109 GB per static r=32 token and ~17 GB per diffusion step at r' = 4.
 
-``--profile`` times every run under the step profile (:mod:`recdiff.engine.profile`) and prints, per sampler and
+``--profile`` times every run under the step profile (:mod:`recdiff.tools.profile`) and prints, per sampler and
 mode, a step's share in model calls (P, R, C) and outside them (the sampler's own work, on the device and the host)
 and its host reads of device values. With static r=32 and the diffusion defaults both in batch-1 eager it also
 prints the *bookkeeping-free bound*: static r=32's time per answer ÷ the time diffusion's answers spend in model
@@ -54,7 +54,7 @@ import torch
 from recdiff import generate, load_model
 from recdiff.cache import SlotKV
 from recdiff.config import RecurrentConfig
-from recdiff.engine.profile import profiling
+from recdiff.tools.profile import profiling
 from recdiff.engine.runner import set_compile
 from recdiff.model import RecurrentDepthModel
 from recdiff.samplers.ar import ARBatch
@@ -138,7 +138,7 @@ def run(model: RecurrentDepthModel, prompts: list[list[int]], sampler: str, para
     the bandwidth bound reached; batch-1: the median prompt's), ``gb_call`` (GB a model call must read, on average)
     and ``calls_s`` (model calls per second); batch-B counts a call of B sequences as one
     (:func:`~recdiff.tools.bounds.result_bytes`). With ``profile`` the timed work runs under
-    :func:`recdiff.engine.profile.profiling`: ``profile`` (its :class:`~recdiff.engine.profile.Profile`), ``wall``
+    :func:`recdiff.tools.profile.profiling`: ``profile`` (its :class:`~recdiff.tools.profile.Profile`), ``wall``
     (seconds timed) and, batch-1, ``model_fracs`` (each prompt's share of its time in model calls)."""
     device = model.device
     set_compile(model, mode.endswith("compiled"))
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="measure the copy bandwidth and print each mode's share of the bandwidth bound (default: on "
                          "a GPU)")
     ap.add_argument("--profile", action="store_true",
-                    help="time every run under the step profile (recdiff.engine.profile): each sampler step's share in "
+                    help="time every run under the step profile (recdiff.tools.profile): each sampler step's share in "
                          "model calls and outside them, host reads per step; with static r=32 and diffusion defaults "
                          "in batch-1 eager, diffusion's share of its bookkeeping-free bound")
     args = ap.parse_args(argv)

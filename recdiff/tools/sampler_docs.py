@@ -74,9 +74,11 @@ def render_samplers() -> str:
         "",
         "1. Declare it once in `recdiff/params.py`: a `Param` (default, accepted values, meaning, paper symbol, plot",
         "   label, numeric search range) and a typed field in the dataclass of each sampler that takes it.",
-        "2. Use it in the sampler's step code (`recdiff/samplers/<name>.py`), which receives it in `make_batch`.",
+        "2. Use it in the sampler's code (`recdiff/samplers/<name>.py`), which receives the typed parameters in",
+        "   `make_batch` (`p.<key>`); a step that reads it holds the parameters among its constants, so the engine's",
+        "   program and graph keys include it (docs/architecture.md, \"The step interface\").",
         "3. Run `python -m recdiff.tools.sampler_docs`. The sweep's `sampler.<key>`, its `study.space.<key>` default,",
-        "   the sampler's `SPEC` and the analysis label follow from the declaration.",
+        "   what `recdiff.generate` accepts and the analysis label follow from the declaration.",
         "",
     ]
     return "\n".join(lines)

@@ -127,7 +127,7 @@ def test_headway_wavefront_noise_knobs(load_fixture_model, tmp_path):
 def test_init_state_is_a_truncated_normal_drawn_without_host_reads(load_fixture_model):
     """InitState(α): N(0, (α·σ)²) truncated to ±3 std, times the embed scale, from the given stream; the draw never
     reads a value back (torch 2.13's trunc_normal_ does, once per rejection round)."""
-    from recdiff.engine.profile import profiling
+    from recdiff.tools.profile import profiling
 
     model = load_fixture_model(RAVEN_TINY)
 

@@ -10,6 +10,7 @@ import torch
 
 from recdiff import load_model
 from recdiff.engine.pool import cache_length, get_runner
+from recdiff.engine.step import Step
 from tests.conftest import RAVEN_TINY, need_fixtures
 from tests.matrices import QUICK, prompts, shallow
 
@@ -59,6 +60,10 @@ def test_a_model_that_turns_vectorization_off_leaves_it_on_for_the_rest_of_the_p
     model.engine_options["inductor"] = {**QUICK, "fx_graph_cache": False}
     run = get_runner(model, 1, cache_length(model))
     x = torch.arange(8.0)[None]
-    (y,) = run.run("double", lambda model, runner, args: (args[0] * 2 + 1,), (x,))
+    (y,) = run.run(Step(_double), (x,))
     assert torch.equal(y, x * 2 + 1)
     assert valid_vec_isa_list() == expected
+
+
+def _double(c, run, x):
+    return (x * 2 + 1,)

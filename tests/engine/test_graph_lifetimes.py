@@ -31,9 +31,12 @@ def test_every_sampler_captures_only_what_its_runner_keeps(fixture_dir) -> None:
                             ("diffusion", {"r": 8, "r_inner": 4, "epsilon": 0.05, "wavefront": 24}),
                             ("diffusion", {"r": 8, "r_inner": 2, "freeze": "fixed", "wavefront": 8})]:
         generate(model, [[1, 2, 3, 4, 5]], sampler, max_new_tokens=6, stop_token_ids=[], **params)
-    # the checks ran: both diffusion configurations captured their step graphs on the one kept runner
+    # the checks ran: both diffusion configurations captured their model-step graphs on the one kept runner (the
+    # step's constants: its rule, with every parameter, and the keys)
     captured = [key[0] for run in model.__dict__["_runners"].values() for key in run.graphs.captured]
-    assert sum(name.startswith("diffusion-") for name in captured) >= 2, captured
+    steps = [st.c[0] if st.fn.__name__ == "_into" else st for st in captured]  # written into the runner's buffers
+    rules = {repr(st.c[0]) for st in steps if st.fn.__name__ == "model_step"}
+    assert len(rules) == 2, captured
 
 
 def test_a_replay_poisons_the_outputs_of_graphs_captured_after_it() -> None:

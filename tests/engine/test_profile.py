@@ -1,4 +1,4 @@
-"""The step profile (recdiff/engine/profile.py): what it counts as a step, a model call and a host read, and that it
+"""The step profile (recdiff/tools/profile.py): what it counts as a step, a model call and a host read, and that it
 leaves nothing patched behind. Nothing here is timed; the figures come from ``python -m recdiff.bench --profile``."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 
 from recdiff import generate, load_model
 from recdiff.engine.graphs import EmulatedGraph
-from recdiff.engine.profile import MODEL_CALLS, RUNNER_CALLS, Profile, profiling
+from recdiff.tools.profile import MODEL_CALLS, RUNNER_CALLS, Profile, profiling
 from recdiff.engine.runner import Runner
 from recdiff.model import RecurrentDepthModel
 from recdiff.samplers.ar import ARBatch
@@ -66,12 +66,12 @@ def test_the_profiles_own_bookkeeping_takes_nothing_from_the_sampler_or_the_mode
 def test_patches_are_undone():
     before = {name: getattr(torch.Tensor, name) for name in ("item", "tolist", "__bool__", "__index__")}
     owned = {name: name in vars(torch.Tensor) for name in before}
-    calls = (Runner.embed, Runner.cores, Runner.graphed, RecurrentDepthModel.core_step, DiffusionBatch.step)
+    calls = (Runner.embed, Runner.cores, Runner.step, RecurrentDepthModel.core_step, DiffusionBatch.step)
     with profiling(STEP_CLASSES):
         assert torch.Tensor.tolist is not before["tolist"] and DiffusionBatch.step is not calls[-1]
     assert {name: getattr(torch.Tensor, name) for name in before} == before
     assert {name: name in vars(torch.Tensor) for name in before} == owned
-    assert (Runner.embed, Runner.cores, Runner.graphed, RecurrentDepthModel.core_step, DiffusionBatch.step) == calls
+    assert (Runner.embed, Runner.cores, Runner.step, RecurrentDepthModel.core_step, DiffusionBatch.step) == calls
 
 
 def test_a_diffusion_run_profiles_every_step(load_fixture_model):
@@ -93,7 +93,7 @@ def test_a_replayed_model_step_counts_as_a_model_call(monkeypatch):
     unpatched = [(cls, name, getattr(cls, name)) for cls, names in ((Runner, RUNNER_CALLS),
                                                                     (RecurrentDepthModel, MODEL_CALLS))
                  for name in names]
-    replay, graphed = EmulatedGraph.__call__, Runner.graphed
+    replay, graphed = EmulatedGraph.__call__, Runner.step
 
     def opaque(self: EmulatedGraph, *inputs: torch.Tensor):
         patched = [(cls, name, getattr(cls, name)) for cls, name, _ in unpatched]
@@ -107,15 +107,15 @@ def test_a_replayed_model_step_counts_as_a_model_call(monkeypatch):
 
     kinds: dict[str, set[bool]] = {}
 
-    def recorded(self: Runner, name: str, fn, *inputs: torch.Tensor, model: bool = True, **kw):
-        kinds.setdefault(name.split("-")[0], set()).add(model)
-        return graphed(self, name, fn, *inputs, model=model, **kw)
+    def recorded(self: Runner, st, *inputs: torch.Tensor, model: bool = True, **kw):
+        kinds.setdefault(st.fn.__name__, set()).add(model)
+        return graphed(self, st, *inputs, model=model, **kw)
 
     monkeypatch.setattr(EmulatedGraph, "__call__", opaque)
-    monkeypatch.setattr(Runner, "graphed", recorded)
+    monkeypatch.setattr(Runner, "step", recorded)
     with profiling(STEP_CLASSES) as prof:
         res = generate(model, [5, 6, 7, 8], "diffusion", max_new_tokens=12, r=8, r_inner=2, stop_token_ids=[])
-    assert kinds == {"diffusion": {True}, "advance": {False}}
+    assert kinds == {"model_step": {True}, "advance": {False}}
     assert prof.steps == res.stats["steps"] and 0 < prof.step_model_s < prof.step_s
 
 

@@ -11,6 +11,7 @@ import torch
 from recdiff import load_model
 from recdiff.engine.pool import cache_length, get_runner
 from recdiff.engine.program import MANY_ROWS, direct, prepare
+from recdiff.engine.step import Step
 from tests.conftest import need_fixtures
 
 
@@ -56,32 +57,31 @@ def test_a_callers_own_signature_serves_prepares_program_and_is_held_to_it():
     model.engine_options["inductor"] = {"cpp_wrapper": False, "max_autotune": False, "freezing": False}
     run = get_runner(model, 1, cache_length(model))
 
-    def mix(model, runner, args):
-        return (args[0] * 2 + args[1],)
-
+    mix = Step(_mix)
     x, y = torch.randn(1, 3, 4), torch.randn(1, 3, 4)
-    assert torch.equal(run.run("mix", mix, (x, y), sig=("rows",))[0], x * 2 + y)
+    assert torch.equal(run.run(mix, (x, y), sig=("rows",))[0], x * 2 + y)
     wide = torch.randn(1, 7, 4)
-    assert torch.equal(run.run("mix", mix, (wide, wide), sig=("rows",))[0], wide * 3)
+    assert torch.equal(run.run(mix, (wide, wide), sig=("rows",))[0], wide * 3)
     # the program prepare() keys for these arguments: one capture serves both ways of calling
-    assert torch.equal(run.run("mix", mix, (y, x))[0], y * 2 + x)
-    assert len([k for k in run.programs.compiled if k[0] == "mix"]) == 1
+    assert torch.equal(run.run(mix, (y, x))[0], y * 2 + x)
+    assert len([k for k in run.programs.compiled if k[0] == mix]) == 1
     one = torch.randn(1, 1, 4)  # a size-1 dimension the signature does not tell apart
     with pytest.raises(RuntimeError, match="signature"):
-        run.run("mix", mix, (one, one), sig=("rows",))
-    assert torch.equal(run.run("mix", mix, (one, one), sig=("one row",))[0], one * 3)
+        run.run(mix, (one, one), sig=("rows",))
+    assert torch.equal(run.run(mix, (one, one), sig=("one row",))[0], one * 3)
     strided = torch.randn(1, 4, 3).transpose(1, 2)  # not contiguous: prepare would copy it
     with pytest.raises(RuntimeError, match="signature"):
-        run.run("mix", mix, (strided, y), sig=("rows",))
-    # static dimensions: compiled as constants (a program of its own), any row count; another width fails
+        run.run(mix, (strided, y), sig=("rows",))
+    # static dimensions: compiled as constants (a program of its own), any row count; another width is another
     static = ((0, 2), (0, 2))
     for n in (3, 5):
         a, b = torch.randn(1, n, 4), torch.randn(1, n, 4)
-        assert torch.equal(run.run("mix", mix, (a, b), sig=("static",), static=static)[0], a * 2 + b)
-    # one, keyed with its dimensions
-    assert len([k for k in run.programs.compiled if k[0] == "mix" and len(k) == 3]) == 1
-    with pytest.raises(RuntimeError, match="signature"):
-        run.run("mix", mix, (torch.randn(1, 3, 6), torch.randn(1, 3, 6)), sig=("static",), static=static)
+        assert torch.equal(run.run(mix, (a, b), sig=("static",), static=static)[0], a * 2 + b)
+    # one, keyed with its dimensions' sizes
+    assert len([k for k in run.programs.compiled if k[0] == mix and len(k) == 4]) == 1
+    a = torch.randn(1, 3, 6)
+    assert torch.equal(run.run(mix, (a, a), sig=("static",), static=static)[0], a * 3)
+    assert len([k for k in run.programs.compiled if k[0] == mix and len(k) == 4]) == 2
 
 
 # ---------------------------------------------------------------------------------------------- direct calls
@@ -144,14 +144,19 @@ def test_a_program_that_writes_its_argument_writes_it_once_per_call():
     model.engine_options["inductor"] = {"cpp_wrapper": False, "max_autotune": False, "freezing": False}
     run = get_runner(model, 1, cache_length(model))
 
-    def count(model, runner, args):
-        counts, step = args
-        counts.add_(step)
-        return (counts.sum(1),)
-
+    count = Step(_count)
     counts, step = torch.zeros(1, 5, dtype=torch.long), torch.arange(5)[None]
     for i in range(1, 4):
-        (total,) = run.run("count", count, (counts, step), sig=("counts",))
+        (total,) = run.run(count, (counts, step), sig=("counts",))
         assert torch.equal(counts, i * step) and total.item() == 10 * i
-    prog = run.programs.vouched[("count", ("counts",))][0]
+    prog = run.programs.vouched[(count, ("counts",), None)][0]
     assert prog.direct is not None  # the replays above took the generated code itself
+
+
+def _mix(c, run, x, y):
+    return (x * 2 + y,)
+
+
+def _count(c, run, counts, step):
+    counts.add_(step)
+    return (counts.sum(1),)

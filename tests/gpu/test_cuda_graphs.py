@@ -63,7 +63,7 @@ def test_no_graph_is_captured_after_warm_up_across_50_prompt_lengths(captures, s
 
 
 def test_a_graphs_fixed_inputs_are_read_and_written_where_they_are():
-    """``Runner.graphed(..., fixed=n)``: the first n inputs are the caller's buffers, used by the graph as they are. A
+    """``Runner.step(..., fixed=n)``: the first n inputs are the caller's buffers, used by the graph as they are. A
     write to one lands in the caller's tensor once per call (the capture's warm-up writes copies), the other inputs
     are copied in at each replay, and another tensor in a fixed input's place fails."""
     cls = graphs.EmulatedGraph if EMULATE else graphs.Graphed

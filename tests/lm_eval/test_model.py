@@ -257,7 +257,7 @@ def test_an_unset_parameter_reads_as_null_or_none(unset):
     from recdiff.lm_eval import RecdiffLM
 
     lm = RecdiffLM.create_from_arg_string(f"pretrained={ARITH_MODEL},sampler=loopspec,r_draft=4,r_draft2={unset}")
-    assert lm.params == {"r": 32, "r_draft": 4, "r_draft2": None, "init_scale": 0.0, "kv_cache": "per_step"}
+    assert lm.params.values() == {"r": 32, "r_draft": 4, "r_draft2": None, "init_scale": 0.0, "kv_cache": "per_step"}
     assert lm.given == {"r_draft": 4, "r_draft2": None} and lm.r == 32   # scored at LoopSpec's full depth
 
 

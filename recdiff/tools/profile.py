@@ -8,7 +8,7 @@ While :func:`profiling` is active it instruments, and restores on exit:
   P, R and C, eager or compiled; a diffusion step's P gathers its window's token ids and positions from the batch
   state and mixes in the embedding momentum inside its call: :func:`~recdiff.engine.pieces.window_piece`) and
   the model's own ``embed`` / ``core_step`` / ``decode`` called outside a runner; under CUDA graphs a replayed model
-  step (``Runner.graphed`` with ``model=True``), whose replay calls none of them from Python, the few
+  step (``Runner.step`` with ``model=True``), whose replay calls none of them from Python, the few
   operations captured around P, R and C (a diffusion step's noise and momentum) included;
 - the reads of a device value by the host: ``item``, ``tolist``, ``numpy``, ``bool()``, ``int()``, ``float()``,
   ``__index__`` of a tensor. On a GPU each waits for the device (a host-device synchronisation); on a CPU it is
@@ -94,7 +94,7 @@ def profiling(step_classes: Iterable[type], device: torch.device | str = "cpu") 
     patches: list[tuple[type, str, Callable[..., Any]]] = []
     for cls in step_classes:
         patches.append((cls, "step", _timed_step))
-    patches += [(Runner, name, _timed_model) for name in RUNNER_CALLS] + [(Runner, "graphed", _timed_graph)]
+    patches += [(Runner, name, _timed_model) for name in RUNNER_CALLS] + [(Runner, "step", _timed_graph)]
     patches += [(RecurrentDepthModel, name, _timed_model) for name in MODEL_CALLS]
     patches += [(torch.Tensor, name, _counted_read) for name in READS]
     undo = [_patch(cls, name, make, state) for cls, name, make in patches]
@@ -173,11 +173,11 @@ def _timed_graph(original: Callable[..., Any], state: _State) -> Callable[..., A
     timed = _timed_model(original, state)
 
     @functools.wraps(original)
-    def graphed(self: Runner, name: str, fn: Callable[..., Any], *inputs: Any, model: bool = True, **kw: Any) -> Any:
+    def step(self: Runner, st: Any, *inputs: Any, model: bool = True, **kw: Any) -> Any:
         call = timed if model and self.cuda_graphs else original
-        return call(self, name, fn, *inputs, model=model, **kw)
+        return call(self, st, *inputs, model=model, **kw)
 
-    return graphed
+    return step
 
 
 def _counted_read(original: Callable[..., Any], state: _State) -> Callable[..., Any]:
