@@ -31,8 +31,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from recdiff.config import RecurrentConfig
 from recdiff.errors import RecdiffError
+from recdiff.model_config import RecurrentConfig
 
 CachePolicy = Literal["shared", "per_step", "lanes"]
 POLICIES = ("shared", "per_step", "lanes")

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from recdiff import fused
 from recdiff.cache import Call, SlotKV
-from recdiff.config import RecurrentConfig
+from recdiff.model_config import RecurrentConfig
 
 KV = tuple[SlotKV, Call, int, "int | Tensor"]  # cache, call, layer slot, recurrence step (per_step planes)
 Rope = Callable[[Tensor, Tensor, Tensor, "Tensor | None"], tuple[Tensor, Tensor]]

@@ -19,10 +19,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from recdiff.config import RecurrentConfig
 from recdiff.errors import RecdiffError
 from recdiff.families import config_json, from_checkpoint, to_checkpoint
 from recdiff.model import RecurrentDepthModel
+from recdiff.model_config import RecurrentConfig
 from recdiff.recognition import recognise
 
 HUGINN_HUB_ID = "tomg-group-umd/huginn-0125"

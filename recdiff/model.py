@@ -26,10 +26,10 @@ import torch
 from torch import Tensor, nn
 
 from recdiff.cache import Call, SlotKV
-from recdiff.config import RecurrentConfig
 from recdiff.families import get_family
 from recdiff.layers import RMSNorm
 from recdiff.layers import rope_table as rope_table  # Huginn's table, imported from here before recdiff.layers
+from recdiff.model_config import RecurrentConfig
 from recdiff.params import SamplerParams
 
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import torch
 
-from recdiff.config import RecurrentConfig
 from recdiff.errors import RecdiffError
 from recdiff.families import Family, checkpoint_names, families, get_family
 from recdiff.model import RecurrentDepthModel
+from recdiff.model_config import RecurrentConfig
 
 # tensors a checkpoint may hold that are not parameters: the reference's persistent RoPE table
 BUFFERS = ("freqs_cis",)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from recdiff.config import RecurrentConfig
 from recdiff.model import RecurrentDepthModel
+from recdiff.model_config import RecurrentConfig
 from recdiff.samplers import _module, check_params
 from recdiff.samplers.base import Options, Selector, StopCondition
 from recdiff.tools.bench import SHAPES

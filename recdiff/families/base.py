@@ -19,9 +19,9 @@ from typing import Any, Callable
 import torch
 from torch import Tensor, nn
 
-from recdiff.config import RecurrentConfig
 from recdiff.errors import RecdiffError
 from recdiff.layers import angle_table, rope_table
+from recdiff.model_config import RecurrentConfig
 
 # config.json keys the reference's RavenConfig writes for every family (the Hugging Face glue reads them)
 RAVEN_CONSTANTS: dict[str, Any] = dict(

@@ -12,9 +12,9 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from recdiff.config import RecurrentConfig
 from recdiff.families.base import Family, known_fields
 from recdiff.layers import KV, Attention, GatedMLP, RMSNorm
+from recdiff.model_config import RecurrentConfig
 
 
 class SandwichBlock(nn.Module):

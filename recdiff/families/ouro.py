@@ -20,9 +20,9 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from recdiff.config import RecurrentConfig
 from recdiff.families.base import Family, hf_rope_table, rope_misfits
 from recdiff.layers import KV, Attention, GatedMLP, RMSNorm, apply_rope_half
+from recdiff.model_config import RecurrentConfig
 
 # config.json keys → RecurrentConfig fields
 FIELDS = {"hidden_size": "n_embd", "num_attention_heads": "n_heads", "num_key_value_heads": "num_key_value_heads",

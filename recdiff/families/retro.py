@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from recdiff.config import RecurrentConfig
 from recdiff.families.base import RAVEN_CONSTANTS, known_fields, rope_misfits
+from recdiff.model_config import RecurrentConfig
 
 IGNORED = ("family", "eos_token_id", "rope_base")
 

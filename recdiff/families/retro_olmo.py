@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from recdiff.config import RecurrentConfig
 from recdiff.families import retro
 from recdiff.families.base import Family, hf_rope_table
 from recdiff.layers import KV, Attention, GatedMLP, RMSNorm, apply_rope_half
+from recdiff.model_config import RecurrentConfig
 
 
 class PostNormBlock(nn.Module):

@@ -53,10 +53,9 @@ import torch
 
 from recdiff import generate, load_model
 from recdiff.cache import SlotKV
-from recdiff.config import RecurrentConfig
-from recdiff.tools.profile import profiling
 from recdiff.engine.runner import set_compile
 from recdiff.model import RecurrentDepthModel
+from recdiff.model_config import RecurrentConfig
 from recdiff.samplers.ar import ARBatch
 from recdiff.samplers.diffusion import DiffusionBatch
 from recdiff.samplers.loopspec import LoopSpecBatch
@@ -71,6 +70,7 @@ from recdiff.tools.bounds import (
     read_bytes,
     result_bytes,
 )
+from recdiff.tools.profile import profiling
 from recdiff.tools.shapes import SHAPES  # the random-weight shapes --models names
 
 EMBEDDED = Path(__file__).resolve().parents[1] / "assets" / "embedded"

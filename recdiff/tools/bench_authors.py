@@ -70,10 +70,10 @@ import torch
 from safetensors.torch import save_file
 
 from recdiff import generate, load_model
-from recdiff.config import RecurrentConfig
 from recdiff.families import config_json
 from recdiff.layers import rope_table
 from recdiff.model import RecurrentDepthModel
+from recdiff.model_config import RecurrentConfig
 from recdiff.tools.bench import FIXTURE  # the reference fixture, found as recdiff.bench and the tests find it
 
 WORKER = Path(__file__).with_name("_authors_worker.py")

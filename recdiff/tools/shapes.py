@@ -1,5 +1,5 @@
 """Model shapes for random-weight runs (``python -m recdiff.bench --models NAME``, tests/gpu): keyword arguments of
-:class:`recdiff.config.RecurrentConfig`, the family included."""
+:class:`recdiff.model_config.RecurrentConfig`, the family included."""
 
 from __future__ import annotations
 

@@ -49,9 +49,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from recdiff.config import RecurrentConfig
 from recdiff.families import config_json
 from recdiff.model import RecurrentDepthModel
+from recdiff.model_config import RecurrentConfig
 from recdiff.tools.train_data import Batches, Encoder, LevelCurriculum, make_task
 
 DEFAULTS: dict[str, Any] = {  # conf/train/compose.yaml, the shipped model's recipe

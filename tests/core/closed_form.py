@@ -20,8 +20,8 @@ import math
 import torch
 from torch import Tensor
 
-from recdiff.config import RecurrentConfig
 from recdiff.model import RecurrentDepthModel
+from recdiff.model_config import RecurrentConfig
 
 VOCAB = 256
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from recdiff import generate
-from recdiff.config import RecurrentConfig
 from recdiff.engine.runner import Runner
 from recdiff.model import RecurrentDepthModel
+from recdiff.model_config import RecurrentConfig
 from recdiff.tools.bench import SHAPES, build, main
 from recdiff.tools.bounds import model_calls, read_bytes, recurrence_matrices, result_bytes, weight_bytes
 

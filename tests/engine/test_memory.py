@@ -49,8 +49,8 @@ def test_ouro_1p4b_keeps_a_plane_per_loop_and_layer():
     layer), 4 × 24 of them, and static AR at its 4 loops with them fits next to the weights at batch 32."""
     import torch
 
-    from recdiff.config import RecurrentConfig
     from recdiff.model import RecurrentDepthModel
+    from recdiff.model_config import RecurrentConfig
     from recdiff.tools.shapes import SHAPES
 
     with torch.device("meta"):

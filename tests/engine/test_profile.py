@@ -10,12 +10,12 @@ import torch
 
 from recdiff import generate, load_model
 from recdiff.engine.graphs import EmulatedGraph
-from recdiff.tools.profile import MODEL_CALLS, RUNNER_CALLS, Profile, profiling
 from recdiff.engine.runner import Runner
 from recdiff.model import RecurrentDepthModel
 from recdiff.samplers.ar import ARBatch
 from recdiff.samplers.diffusion import DiffusionBatch
 from recdiff.samplers.speculative import SpeculativeBatch
+from recdiff.tools.profile import MODEL_CALLS, RUNNER_CALLS, Profile, profiling
 from tests.conftest import RAVEN_TINY
 
 STEP_CLASSES = (ARBatch, SpeculativeBatch, DiffusionBatch)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from recdiff.config import RecurrentConfig
 from recdiff.model import RecurrentDepthModel
+from recdiff.model_config import RecurrentConfig
 from recdiff.tools.bench import SHAPES
 from tests.meta_memory import predicted_bytes
 

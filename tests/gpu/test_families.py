@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from recdiff import generate, load_model, save_pretrained
-from recdiff.config import RecurrentConfig
 from recdiff.model import RecurrentDepthModel
+from recdiff.model_config import RecurrentConfig
 from recdiff.tools.bench import SHAPES
 from tests.families.conftest import converging_copies, one_per_family
 from tests.gpu import test_batching as batching

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from recdiff import generate, load_model, save_pretrained
-from recdiff.config import RecurrentConfig
 from recdiff.model import RecurrentDepthModel
+from recdiff.model_config import RecurrentConfig
 from recdiff.tools.bench import SHAPES
 from tests.gpu.common import EMULATE, needs_cuda
 from tests.meta_memory import meta_huginn, predicted_bytes

@@ -16,7 +16,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("recdiff.errors",),
     ("recdiff.compat", "recdiff.checks", "recdiff.timing", "recdiff.tokenizer", "recdiff.trace", "recdiff.fused",
      "recdiff.artifacts", "recdiff.device", "recdiff.digest"),
-    ("recdiff.config", "recdiff.params", "recdiff.benchmarks"),
+    ("recdiff.model_config", "recdiff.params", "recdiff.benchmarks"),
     ("recdiff.cache",),
     ("recdiff.layers",),
     ("recdiff.families",),

@@ -142,8 +142,8 @@ def test_sampled_continuations_have_static_ars_law(tmp_path):
     from scipy.stats import chisquare
 
     from recdiff import save_pretrained
-    from recdiff.config import RecurrentConfig
     from recdiff.model import RecurrentDepthModel
+    from recdiff.model_config import RecurrentConfig
     from recdiff.samplers import rejection
 
     torch.manual_seed(0)
