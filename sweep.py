@@ -65,9 +65,9 @@ def print_speedup_table(root: Path, identities: list[Any]) -> None:
     try:
         import polars as pl
 
-        from analysis.load import load_trials
         from analysis.reference import reference_label
         from analysis.speedup import format_speedup, speedup_table
+        from analysis.trials import load_trials
         from recdiff.study.identity import key
 
         df = load_trials(root)
@@ -103,7 +103,7 @@ def next_steps(root: Path) -> list[str]:
     import json
     import shlex
 
-    from analysis.load import DEFAULT_STORAGE
+    from analysis.trials import DEFAULT_STORAGE
 
     info = json.loads((root / "study.json").read_text())
     storage, name, artifacts = str(info["storage"]), str(info["study_name"]), info.get("artifact_dir")

@@ -1,7 +1,7 @@
 """recdiff analysis: Optuna studies → tidy tables, Pareto sets, the paper's figures and tables.
 
 The names below are loaded from their modules on first use (PEP 562): a sweep's closing table imports
-``analysis.load`` and ``analysis.speedup`` without matplotlib and scipy.stats, a second or more of every sweep's run.
+``analysis.trials`` and ``analysis.speedup`` without matplotlib and scipy.stats, a second or more of every sweep's run.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import importlib
 from typing import Any
 
 _HOME = {
-    "analysis.load": ["load_samples", "load_trace", "load_trials", "resolve"],
+    "analysis.trials": ["load_samples", "load_trace", "load_trials", "resolve"],
     "analysis.pareto": ["dominates", "frame_hypervolume", "hypervolume", "hypervolume_interval", "knee", "knee_index",
                         "noisy_dominates", "noisy_pareto_front", "noisy_pareto_mask", "pareto_front", "pareto_mask",
                         "with_noisy_pareto", "with_pareto"],

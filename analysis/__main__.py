@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
                 path = notebooks.render(name, args.source, out, study_name=args.study_name)
                 print(f"[{i}/{len(names)}] {name}: {path}")
         else:
-            from analysis.load import load_trials
+            from analysis.trials import load_trials
             df = load_trials(args.source, args.study_name)
             if args.out is None:
                 import polars as pl

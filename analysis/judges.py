@@ -39,11 +39,11 @@ from analysis.intervals import (
     wilson,
 )
 from analysis.labels import benchmark_name, label, setting
-from analysis.load import load_trace
 from analysis.pareto import noisy_dominates, noisy_pareto_front
 from analysis.reference import delta_accuracy, is_paper_reference, reference_label, reference_trials, trials_of
 from analysis.speedup import speedup_est, speedup_table
 from analysis.trace_plots import position_stats
+from analysis.trials import load_trace
 from analysis.verdicts import Check, Untestable, judged
 
 

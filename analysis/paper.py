@@ -225,7 +225,7 @@ def _storage(out: Path) -> str:
 
 def load_studies(out: Path, runs: list[dict], say: Callable[[str], None] = print) -> dict[str, pl.DataFrame]:
     """The trials table of each recipe's study, by recipe (a recipe that recorded nothing is left out)."""
-    from analysis.load import load_trials
+    from analysis.trials import load_trials
 
     trials: dict[str, pl.DataFrame] = {}
     for run in runs:

@@ -10,7 +10,7 @@ import polars as pl
 
 from analysis.intervals import Est
 from analysis.labels import SAMPLER_NAMES, setting
-from analysis.load import check_identities
+from analysis.trials import check_identities
 from recdiff.errors import RecdiffError
 
 REFERENCE_R = 32

@@ -14,12 +14,12 @@ from matplotlib.figure import Figure
 
 from analysis import plots, trace_plots
 from analysis.labels import OBJECTIVES, SAMPLER_KEYS, benchmark_name, label, setting
-from analysis.load import check_identities, load_samples, load_trials, resolve, study_name_of
 from analysis.loopspec import format_loopspec, loopspec_table, loopspec_trials
 from analysis.pareto import hypervolume_interval, knee, noisy_pareto_front, pareto_front
 from analysis.reference import reference_label
 from analysis.speedup import format_speedup, speedup_table
 from analysis.tables import sampler_table
+from analysis.trials import check_identities, load_samples, load_trials, resolve, study_name_of
 from recdiff.errors import RecdiffError
 from recdiff.params import SAMPLER_PARAMS
 

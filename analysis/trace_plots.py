@@ -12,8 +12,8 @@ from matplotlib.axes import Axes
 from matplotlib.colors import LogNorm
 from matplotlib.ticker import MaxNLocator
 
-from analysis.load import load_trace
 from analysis.plots import legend, new_axes, styled
+from analysis.trials import load_trace
 from recdiff.errors import RecdiffError
 
 

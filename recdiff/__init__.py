@@ -13,8 +13,8 @@ from typing import Any
 from recdiff.errors import RecdiffError
 
 _LAZY = {
-    "load_model": "recdiff.load",
-    "save_pretrained": "recdiff.load",
+    "load_model": "recdiff.checkpoint",
+    "save_pretrained": "recdiff.checkpoint",
     "generate": "recdiff.samplers",
     "warm_up": "recdiff.samplers",
     "GenerationResult": "recdiff.samplers",

@@ -72,8 +72,8 @@ def cpu_name() -> str | None:
 
 
 def describe(device: str) -> Device:
-    """A resolved device (``cpu``, ``cuda``, ``cuda:1``, as ``recdiff.load.resolve_device`` gives it) with its name.
-    Only a CUDA device imports torch."""
+    """A resolved device (``cpu``, ``cuda``, ``cuda:1``, as ``recdiff.checkpoint.resolve_device`` gives it) with its
+    name. Only a CUDA device imports torch."""
     kind = str(device).split(":", 1)[0]
     if kind == "cuda":
         import torch

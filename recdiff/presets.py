@@ -112,8 +112,8 @@ def read_preset(name_or_path: str | os.PathLike) -> SamplerParams:
 
 def model_weights(model: Any) -> str | None:
     """The digest of a loaded model's weight files (as a study's identity records it); None when unknown."""
+    from recdiff.checkpoint import resolve_checkpoint, weight_files
     from recdiff.digest import weights_digest
-    from recdiff.load import resolve_checkpoint, weight_files
 
     try:
         return weights_digest(weight_files(resolve_checkpoint(model.source)))

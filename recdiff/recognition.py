@@ -1,7 +1,7 @@
 """Which model family a checkpoint folder is: a folder fits a family when the family reads its ``config.json``
 without complaint and its weight names are exactly those of the family's model at that config (:func:`recognise`);
 ``family=`` names the family instead, and the folder must still fit it. Above the families (:mod:`recdiff.families`)
-and the model they build (:mod:`recdiff.model`), below the loader (:mod:`recdiff.load`)."""
+and the model they build (:mod:`recdiff.model`), below the loader (:mod:`recdiff.checkpoint`)."""
 
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ def render(name: str, source: Any, out_dir: str | Path | None = None, *, study_n
     if not path.is_file():
         raise RecdiffError(f"no notebook {name!r} (available: {', '.join(available())})")
     if out_dir is None:
-        from analysis.load import resolve
+        from analysis.trials import resolve
         out_dir = Path("outputs") / resolve(source, study_name).name / "notebooks"
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -3,8 +3,8 @@
 Every module of this package that defines ``FAMILY`` is a family (a new family is one new module; docs/families.md).
 Telling a checkpoint's family from its files is :mod:`recdiff.recognition`'s job (it builds the model, which is
 built from these families). Nothing outside the model layer (``recdiff/model.py``, ``recdiff/layers.py``,
-``recdiff/model_config.py``, ``recdiff/recognition.py``, ``recdiff/load.py`` and this package) knows which family it
-runs.
+``recdiff/model_config.py``, ``recdiff/recognition.py``, ``recdiff/checkpoint.py`` and this package) knows which
+family it runs.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ class RecdiffLM(TemplateLM):
                  **params: Any) -> None:
         super().__init__()
         import recdiff
-        from recdiff.load import resolve_device, resolve_model_path
+        from recdiff.checkpoint import resolve_device, resolve_model_path
         from recdiff.samplers import check_params
 
         # lm-eval reads "none" as None; "null", as a sweep and a preset write it, is None too

@@ -59,7 +59,7 @@ def _sweep_dirs() -> tuple[Path, Path]:
 def open_checked_study(plan: Config, prepared: Prepared, top_dir: Path) -> tuple[optuna.Study, dict[str, Any]]:
     """The study and this job's identity (the plan's, with the weights' digest, the dtype, the benchmark's own facts
     and the device); a study holding trials measured otherwise (another device too) is refused in one line."""
-    from recdiff.load import weight_files
+    from recdiff.checkpoint import weight_files
 
     s = plan.study
     identity = identity_from_config(plan.as_dict(), weights=weights_digest(weight_files(prepared.folder)),

@@ -197,7 +197,7 @@ def save_checkpoint(model: RecurrentDepthModel, tok, folder: str | Path, extra: 
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     try:
-        from recdiff.load import save_pretrained  # the lead's writer (official names)
+        from recdiff.checkpoint import save_pretrained  # the lead's writer (official names)
         save_pretrained(model, tmp)
     except ImportError:
         _save_fallback(model, tmp)
@@ -268,7 +268,7 @@ def run_training(overrides: dict | None = None, log=print) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
 
     if cfg.get("init_from"):  # continue from a checkpoint (a curriculum stage): its weights, architecture, tokenizer
-        from recdiff.load import load_model
+        from recdiff.checkpoint import load_model
 
         model = load_model(cfg["init_from"]).requires_grad_(True)
         tok = model.tokenizer.backend_tokenizer

@@ -3,7 +3,7 @@
 :class:`TrialRecord` is the one place a trial's measured statistics are named: :func:`recdiff.trial.measure.run_trial`
 builds one and stores :meth:`TrialRecord.attrs` as the trial's Optuna user attributes (and in its ``result.json``);
 :func:`read_attrs` and :meth:`TrialRecord.of` read stored attributes back, of any version (:data:`RENAMED` maps names
-that older journals hold), for ``analysis.load`` and the tune; ``docs/trial_record.md`` is generated from it
+that older journals hold), for ``analysis.trials`` and the tune; ``docs/trial_record.md`` is generated from it
 (``python -m recdiff.tools.record_docs``; a test fails when the two drift). A new statistic is one field here plus
 the line of ``measure`` that computes it.
 
@@ -34,7 +34,7 @@ RENAMED: dict[str, str] = {"accuracy_low": "accuracy_lo", "accuracy_high": "accu
 
 def stat(unit: str, meaning: str, *, sampler: str | None = None, column: bool = True) -> Any:
     """A field of the record: its ``unit`` and ``meaning``; ``sampler``: recorded by that sampler's trials only;
-    ``column``: a column of the analysis's trials table (``analysis.load.load_trials``)."""
+    ``column``: a column of the analysis's trials table (``analysis.trials.load_trials``)."""
     return field(default=None, metadata={"unit": unit, "meaning": meaning, "sampler": sampler, "column": column})
 
 

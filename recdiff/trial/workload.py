@@ -57,7 +57,7 @@ def prepare(model: ModelConfig, benchmark: dict[str, Any]) -> Prepared:
     model family it fits (``model.family``, or recognised), its tokenizer, the benchmark's own check of the
     checkpoint, the device and the dtype."""
     from recdiff.benchmarks import get_benchmark
-    from recdiff.load import check_weight_files, read_config, resolve_device, resolve_dtype, resolve_model_path
+    from recdiff.checkpoint import check_weight_files, read_config, resolve_device, resolve_dtype, resolve_model_path
 
     options = dict(benchmark)
     name = options.pop("name")
@@ -90,7 +90,7 @@ def load_model_cached(path: str, device: str, dtype: str | None, compile: bool =
 
 def checkpoint_folder(path: str) -> Path:
     """The local folder of a checkpoint: the folder itself, or a hub id's snapshot (downloaded on first use)."""
-    from recdiff.load import resolve_checkpoint
+    from recdiff.checkpoint import resolve_checkpoint
 
     return Path(path) if Path(path).is_dir() else resolve_checkpoint(path)
 

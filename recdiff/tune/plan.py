@@ -290,7 +290,7 @@ def compose(argv: list[str]) -> TunePlan:
                            "(sampler=diffusion, or a diffusion preset sampler=tuned/<name>) and searches LoopSpec's "
                            "knobs beside it (tune.loopspec)")
     # torch loads only now (the device decides the batch): a typo above is reported without it
-    from recdiff.load import resolve_device
+    from recdiff.checkpoint import resolve_device
     from recdiff.samplers import default_batch_size
 
     device = resolve_device(str(cfg.model.device))

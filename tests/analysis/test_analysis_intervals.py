@@ -122,7 +122,7 @@ def test_the_closing_tables_modules_load_without_scipy_stats_or_matplotlib():
 
     from tests.conftest import REPO
 
-    code = ("import sys, analysis.load, analysis.reference, analysis.speedup\n"
+    code = ("import sys, analysis.trials, analysis.reference, analysis.speedup\n"
             "print(sorted(m for m in ('scipy.stats', 'matplotlib') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr[-2000:]

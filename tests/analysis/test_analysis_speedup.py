@@ -11,10 +11,10 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from analysis.load import load_trials
 from analysis.reference import reference_label, reference_trials
 from analysis.speedup import format_speedup, speedup_table
 from analysis.tables import sampler_table
+from analysis.trials import load_trials
 from recdiff.errors import RecdiffError
 
 from .conftest import set_metric_names

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import recdiff
-import recdiff.load as load
+import recdiff.checkpoint as load
 from recdiff.benchmarks import get_benchmark
 from recdiff.tools.evaluate_embedded import ASSET_DIR as EMBEDDED
 

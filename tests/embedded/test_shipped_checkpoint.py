@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import recdiff
-import recdiff.load as load
+import recdiff.checkpoint as load
 from recdiff.benchmarks import checkpoint_task, compose, get_benchmark
 from recdiff.tools.evaluate_embedded import ASSET_DIR
 

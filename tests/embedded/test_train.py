@@ -54,7 +54,7 @@ def test_recipe_defaults_are_the_compose_config():
 def test_short_run_lowers_loss_and_checkpoint_round_trips(tmp_path):
     """The default recipe (compose, long answers) for 60 steps of a small model: the loss falls from the uniform
     guess to the answer format; the checkpoint loads as the trained model, carries the task, and continues."""
-    import recdiff.load as load
+    import recdiff.checkpoint as load
 
     cfg = {"threads": 1, "out_dir": str(tmp_path / "run"), "model": SMALL, "data": {"format": "long"}, "train": FAST}
     res = train.run_training(cfg, log=lambda s: None)

@@ -14,8 +14,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from recdiff import RecdiffError, load_model, save_pretrained
+from recdiff.checkpoint import read_config, resolve_model_path
 from recdiff.families import families, get_family
-from recdiff.load import read_config, resolve_model_path
 from tests.conftest import RAVEN_TINY, need_fixtures
 from tests.families.conftest import FAMILY, SHIPPED, spec
 

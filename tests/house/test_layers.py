@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("recdiff.families",),
     ("recdiff.model",),
     ("recdiff.recognition", "recdiff.engine"),
-    ("recdiff.load", "recdiff.samplers", "recdiff.schema", "recdiff.presets"),
+    ("recdiff.checkpoint", "recdiff.samplers", "recdiff.schema", "recdiff.presets"),
     ("recdiff",),                                   # the public API (recdiff/__init__.py)
     ("recdiff.trial", "recdiff.lm_eval"),
     ("recdiff.study",),

@@ -9,7 +9,7 @@ import optuna
 import polars as pl
 import pytest
 
-from analysis.load import load_trials
+from analysis.trials import load_trials
 from recdiff.tools import record_docs
 from recdiff.trial.record import RENAMED, TrialRecord, columns, markdown_table, read_attrs
 
