@@ -168,7 +168,8 @@ class SlotKV:
     def bytes_per_slot(self, length: int, max_steps: int) -> int:
         """K/V bytes of one slot holding ``length`` positions with ``max_steps`` planes per stacked core layer, in
         this cache's layout. Samplers report what their call asked for, not this cache's own size: a kept runner with
-        more room than the call needs (``recdiff.engine.pool``) would make the figure depend on what ran before."""
+        more room than the call needs (``recdiff.engine.runner_cache``) would make the figure depend on what ran
+        before."""
         total = 0
         for i, k in enumerate(self.k):
             planes = self.planes(i)

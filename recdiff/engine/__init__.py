@@ -4,8 +4,8 @@ derives every program and graph key), the :class:`Runner` of a model and shape (
 lanes; buffers; one step run eagerly, compiled or replayed) and the scheduler's :class:`Request` with its
 :class:`Record`."""
 
-from recdiff.engine.pool import cache_length, call_length, get_runner
 from recdiff.engine.runner import Runner
+from recdiff.engine.runner_cache import cache_length, call_length, get_runner
 from recdiff.engine.scheduler import Record, Request, run_batched
 from recdiff.engine.step import Step
 

@@ -5,7 +5,7 @@ model's pieces (P, recurrences of R, C: :mod:`recdiff.engine.pieces`) for a batc
 positions. It holds no policy: the samplers (``recdiff/samplers``) decide what to run, how many recurrences and
 when a sequence stops or freezes (an exit piece applies the ε the sampler gives, as a tensor op over the rows; the
 sampler decides when to stop calling it); the scheduler (:mod:`recdiff.engine.scheduler`) decides which sequence
-sits in which row. Runners are kept per model and shape (:mod:`recdiff.engine.pool`).
+sits in which row. Runners are kept per model and shape (:mod:`recdiff.engine.runner_cache`).
 
 Every piece runs in one of three ways (``model.engine_options``, set by :func:`set_compile`):
 

@@ -6,7 +6,7 @@ import torch
 
 from recdiff import generate
 from recdiff.cache import SlotKV, make_call
-from recdiff.engine.pool import cache_length, call_length
+from recdiff.engine.runner_cache import cache_length, call_length
 from tests.conftest import RAVEN_TINY
 from tests.spread import assert_within_spread, reference_spread
 
@@ -78,8 +78,8 @@ def test_shared_cache_uses_r_times_less_core_memory(load_fixture_model):
 
 
 def test_a_decodes_cache_bytes_do_not_depend_on_what_ran_before(load_fixture_model):
-    """A kept runner with more room than a call needs is reused (recdiff.engine.pool); the call still reports the
-    bytes it asked for, so a trial's figure does not change with the order of the process's calls (CI once saw a
+    """A kept runner with more room than a call needs is reused (recdiff.engine.runner_cache); the call still reports
+    the bytes it asked for, so a trial's figure does not change with the order of the process's calls (CI once saw a
     batch report 3.4x its prompts' bytes alone)."""
     model = load_fixture_model(RAVEN_TINY)
     cases = [("static", dict(r=8, kv_cache="per_step")), ("loopspec", dict(r=8, r_draft=2)),

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from recdiff import generate, load_model, warm_up
-from recdiff.engine.pool import cache_length, get_runner
 from recdiff.engine.runner import set_compile
+from recdiff.engine.runner_cache import cache_length, get_runner
 from tests.conftest import RAVEN_TINY, need_fixtures
 from tests.matrices import ONE_PER_SAMPLER, prompts, quick_compile, shallow
 

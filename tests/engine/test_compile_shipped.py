@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from recdiff import load_model
-from recdiff.engine.pool import cache_length, get_runner
+from recdiff.engine.runner_cache import cache_length, get_runner
 from recdiff.engine.step import Step
 from tests.conftest import RAVEN_TINY, need_fixtures
 from tests.matrices import QUICK, prompts, shallow

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from recdiff import load_model
-from recdiff.engine.pool import cache_length, get_runner
 from recdiff.engine.program import MANY_ROWS, direct, prepare
+from recdiff.engine.runner_cache import cache_length, get_runner
 from recdiff.engine.step import Step
 from tests.conftest import need_fixtures
 
