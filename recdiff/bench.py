@@ -1,10 +1,10 @@
-"""``python -m recdiff.bench``: the speed bench's documented entry point (the GPU check and docs/speed.md call it by
-this name); the bench itself lives with the other tools, in :mod:`recdiff.tools.bench`."""
+"""``python -m recdiff.bench``: a forward to the speed bench, :mod:`recdiff.tools.speed`, which lives with the other
+tools. It stays because the command is documented under this name (README, docs/speed.md, the GPU check)."""
 
 import sys
 
 from recdiff.errors import RecdiffError
-from recdiff.tools.bench import main
+from recdiff.tools.speed import main
 
 if __name__ == "__main__":
     try:

@@ -10,7 +10,7 @@ from recdiff.model import RecurrentDepthModel
 from recdiff.model_config import RecurrentConfig
 from recdiff.samplers import _module, check_params
 from recdiff.samplers.base import Options, Selector, StopCondition
-from recdiff.tools.bench import SHAPES
+from recdiff.tools.speed import SHAPES
 
 GB = 1e9
 

@@ -18,7 +18,7 @@ from torch.profiler import ProfilerActivity, profile
 from recdiff import generate
 from recdiff.engine.runner import set_compile
 from recdiff.errors import RecdiffError
-from recdiff.tools.bench import bench_prompts, build
+from recdiff.tools.speed import bench_prompts, build
 
 KINDS = [  # first match wins, on the lower-cased kernel name
     ("products", r"gemm|gemv|cutlass|sm\d+_xmma|ampere|hopper|cublas|nvjet|splitk|^aten::(mm|addmm|bmm)$"),

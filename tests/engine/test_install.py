@@ -119,7 +119,7 @@ class Block(importlib.abc.MetaPathFinder):
         if name.split(".")[0] in {SWEEP_STACK!r}:
             raise ModuleNotFoundError("blocked " + name)
 sys.meta_path.insert(0, Block())
-import recdiff, recdiff.bench, recdiff.tools.bench, tests.gpu.common
+import recdiff, recdiff.bench, recdiff.tools.speed, tests.gpu.common
 model = recdiff.load_model({str(need_fixtures())!r})
 for s in ("static", "adaptive", "speculative", "diffusion"):
     assert len(recdiff.generate(model, [1, 2, 3], s, max_new_tokens=3, stop_token_ids=[]).tokens) == 3, s

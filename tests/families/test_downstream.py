@@ -13,8 +13,8 @@ import sys
 import pytest
 
 from recdiff import load_model
-from recdiff.tools.bench import main as bench_main
-from recdiff.tools.bench import read_bytes
+from recdiff.tools.speed import main as bench_main
+from recdiff.tools.speed import read_bytes
 from tests.conftest import REPO
 from tests.families.conftest import SHIPPED
 

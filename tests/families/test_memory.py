@@ -9,7 +9,7 @@ import torch
 
 from recdiff.model import RecurrentDepthModel
 from recdiff.model_config import RecurrentConfig
-from recdiff.tools.bench import SHAPES
+from recdiff.tools.speed import SHAPES
 from tests.meta_memory import predicted_bytes
 
 GB = 1e9

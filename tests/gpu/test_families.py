@@ -15,7 +15,7 @@ import torch
 from recdiff import generate, load_model, save_pretrained
 from recdiff.model import RecurrentDepthModel
 from recdiff.model_config import RecurrentConfig
-from recdiff.tools.bench import SHAPES
+from recdiff.tools.speed import SHAPES
 from tests.families.conftest import converging_copies, one_per_family
 from tests.gpu import test_batching as batching
 from tests.gpu import test_cuda_graphs as graphs

@@ -13,7 +13,7 @@ import torch
 from recdiff import generate, load_model, save_pretrained
 from recdiff.model import RecurrentDepthModel
 from recdiff.model_config import RecurrentConfig
-from recdiff.tools.bench import SHAPES
+from recdiff.tools.speed import SHAPES
 from tests.gpu.common import EMULATE, needs_cuda
 from tests.meta_memory import meta_huginn, predicted_bytes
 

@@ -74,7 +74,7 @@ from recdiff.families import config_json
 from recdiff.layers import rope_table
 from recdiff.model import RecurrentDepthModel
 from recdiff.model_config import RecurrentConfig
-from recdiff.tools.bench import FIXTURE  # the reference fixture, found as recdiff.bench and the tests find it
+from recdiff.tools.speed import FIXTURE  # the reference fixture, found as recdiff.bench and the tests find it
 
 WORKER = Path(__file__).with_name("_authors_worker.py")
 
@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> None:
             elif name == "random-small":
                 folder = write_random_checkpoint(Path(tmp) / name, RANDOM_SMALL)
             elif name == "huginn":
-                from recdiff.tools.bench import SHAPES
+                from recdiff.tools.speed import SHAPES
 
                 folder = write_random_checkpoint(Path(tmp) / name, SHAPES["huginn"], dtype=args.dtype,
                                                  device=args.device)

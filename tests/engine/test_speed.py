@@ -11,8 +11,8 @@ from recdiff import generate
 from recdiff.engine.runner import Runner
 from recdiff.model import RecurrentDepthModel
 from recdiff.model_config import RecurrentConfig
-from recdiff.tools.bench import SHAPES, build, main
 from recdiff.tools.bounds import model_calls, read_bytes, recurrence_matrices, result_bytes, weight_bytes
+from recdiff.tools.speed import SHAPES, build, main
 
 
 def test_floor_multiplies_exactly_one_recurrences_weights():
