@@ -1,20 +1,23 @@
-"""Reading tuned presets: ``conf/sampler/tuned/<name>.yaml`` (written by ``python -m recdiff.tune``), a sampler's
-settings over its structured node (the diffusion sampler's or LoopSpec's, as the file's defaults list names it:
-``/sampler/<name>@sampler``), with their provenance (``sampler.preset``, :class:`recdiff.params.Provenance`) and the
-timing batch they were tuned at (``run.timing_batch``).
+"""Tuned presets, read and written: ``conf/sampler/tuned/<name>.yaml`` (written by ``python -m recdiff.tune``), a
+sampler's settings over its structured node (the diffusion sampler's or LoopSpec's, as the file's defaults list
+names it: ``/sampler/<name>@sampler``), with their provenance (``sampler.preset``, :class:`recdiff.params.Provenance`)
+and the timing batch they were tuned at (``run.timing_batch``).
 
 - ``python sweep.py sampler=tuned/<name>`` composes it (settings and timing batch); run on another device, with other
   weights or timed at another batch than it was tuned, the job warns in one line naming the difference
   (:func:`mismatch`, called by ``recdiff/study/job.py``);
 - ``recdiff.generate(model, prompts, **recdiff.load_preset(name))``: :func:`load_preset` gives the keyword arguments,
   the sampler's name among them (a :class:`RecdiffError` for an unknown knob), and with ``model=`` warns when the
-  model or its device differ.
+  model or its device differ;
+- ``python -m recdiff.tune`` writes one (:func:`write_preset`, the settings of :func:`settings` and the provenance that
+  ``recdiff/tune/provenance.py`` gathers), never over an existing file without ``tune.overwrite=true``.
 
-Below both the study package and the tune (which writes presets, ``recdiff/tune/preset.py``): either may import it.
+Below both the study package and the tune: either may import it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import warnings
@@ -26,6 +29,15 @@ from recdiff.errors import RecdiffError
 from recdiff.params import SAMPLER_PARAMS, Provenance, SamplerParams
 
 PRESET_DIR = Path(__file__).resolve().parents[1] / "conf" / "sampler" / "tuned"   # `sweep.py sampler=tuned/<name>`
+
+
+HEADER = """\
+# @package _global_
+# The {sampler} sampler tuned for {device}, model {model}, run.timing_batch={batch}: python -m recdiff.tune {command}
+# (docs/tune.md). Use: python sweep.py sampler=tuned/{name} (timed at run.timing_batch={batch} unless given) ·
+# recdiff.generate(model, prompts, **recdiff.load_preset("{name}")). sampler.preset records where it was tuned.
+"""
+
 
 
 class PresetWarning(UserWarning):
@@ -133,3 +145,47 @@ def load_preset(name_or_path: str | os.PathLike, model: Any = None) -> dict[str,
         if warning:
             warnings.warn(warning, PresetWarning, stacklevel=2)
     return {"sampler": params.name, **params.params()}
+
+
+def settings(sampler: SamplerParams, searched: list[str]) -> dict[str, Any]:
+    """What a preset states: every searched knob (null where unset: LoopSpec's ``r_draft2``), and the other settings
+    where they differ from the sampler's defaults."""
+    defaults = {f.name: f.default for f in sampler.declared()}
+    given = sampler.params()
+    values = {k: given.get(k) for k in defaults if k in given or k in searched}
+    return {k: v for k, v in values.items() if k in searched or v != getattr(defaults[k], "value", defaults[k])}
+
+
+def refuse_overwrite(path: Path) -> RecdiffError:
+    """A preset file there already (``tune.overwrite``, ``tune.name``)."""
+    return RecdiffError(f"preset {path} exists: tune.overwrite=true replaces it, tune.name=<name> writes another")
+
+
+def write_preset(path: Path, values: dict[str, Any], provenance: Provenance, command: str,
+                 overwrite: bool = False, sampler: str = "diffusion") -> Path:
+    """The preset file of ``sampler``'s ``values``, written whole and then moved into place; an existing one only with
+    ``overwrite`` (else one :class:`RecdiffError` line naming it, also when another process wrote it meanwhile)."""
+    prov = {k: v for k, v in dataclasses.asdict(provenance).items() if k != "batch_size"}   # the old name: read only
+    body = {"defaults": [f"/sampler/{sampler}@sampler", "_self_"], "sampler": {**values, "preset": prov},
+            "run": {"timing_batch": provenance.timing_batch}}
+    text = HEADER.format(sampler=sampler, device=provenance.device, model=provenance.model,
+                         batch=provenance.timing_batch, command=command, name=provenance.name)
+    import yaml
+
+    text += yaml.safe_dump(body, sort_keys=False, allow_unicode=True, width=120)
+    if not overwrite and path.exists():
+        raise refuse_overwrite(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    try:
+        if overwrite:
+            os.replace(tmp, path)
+        else:   # a link fails where the name exists: no check-then-write race with another tune
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise refuse_overwrite(path) from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path

@@ -10,10 +10,11 @@ cost, of the diffusion sampler or LoopSpec (docs/tune.md). The pieces, one job e
 - :mod:`~recdiff.tune.choice`: feasibility, the knee (ties towards the paper's defaults), the verdict, the table
 - :mod:`~recdiff.tune.confirm`: the held-out measurements beside the defaults (the paper's, LoopSpec's) and the
   reference
-- :mod:`~recdiff.tune.preset`: the preset file and its provenance (never replacing one without ``tune.overwrite``)
+- :mod:`~recdiff.tune.provenance`: the preset's provenance (where and how it was tuned)
 
-Reading presets (``recdiff.load_preset``, :class:`PresetWarning`) is :mod:`recdiff.presets`, re-exported here; the
-rest needs torch and Optuna.
+The preset file, written (never replacing one without ``tune.overwrite``) and read (``recdiff.load_preset``,
+:class:`PresetWarning`), is :mod:`recdiff.presets`, whose reading half is re-exported here; the rest needs torch and
+Optuna.
 """
 
 from recdiff.presets import PresetWarning, load_preset, read_preset

@@ -34,11 +34,12 @@ def tune(argv: list[str], start: float) -> int:
     import torch
 
     from recdiff.params import sampler_text
+    from recdiff.presets import settings, write_preset
     from recdiff.study.resources import thread_budget
     from recdiff.tune.budget import Budget
     from recdiff.tune.choice import Measured, Row, choose, feasible, judge, runners_up, settings_text, table
     from recdiff.tune.confirm import confirm
-    from recdiff.tune.preset import provenance, settings, slice_text, write_preset
+    from recdiff.tune.provenance import provenance, slice_text
     from recdiff.tune.study import check_budget, counted, measure_grid, measured, open_tuning, search
 
     plan, opts = tp.search, tp.options

@@ -25,7 +25,7 @@ from typing import Any, List, Optional
 from recdiff.device import Device, describe
 from recdiff.errors import RecdiffError
 from recdiff.params import DiffusionParams, LoopSpecParams, SamplerParams
-from recdiff.presets import PRESET_DIR
+from recdiff.presets import PRESET_DIR, refuse_overwrite
 from recdiff.schema import Algorithm, Config, Mode
 
 REPO = Path(__file__).resolve().parents[2]
@@ -230,11 +230,6 @@ class TunePlan:
 
     def output_dir(self) -> Path:
         return Path(self.options.output_dir) / self.search.study.name
-
-
-def refuse_overwrite(path: Path) -> RecdiffError:
-    """A preset file there already (``tune.overwrite``, ``tune.name``)."""
-    return RecdiffError(f"preset {path} exists: tune.overwrite=true replaces it, tune.name=<name> writes another")
 
 
 def readout_depths(r: int, low: int) -> list[int]:

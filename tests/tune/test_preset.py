@@ -22,10 +22,9 @@ import recdiff
 from recdiff.device import Device, describe
 from recdiff.errors import RecdiffError
 from recdiff.params import DiffusionParams, LoopSpecParams, Provenance
-from recdiff.presets import PresetWarning, load_preset, mismatch, read_preset
+from recdiff.presets import PresetWarning, load_preset, mismatch, read_preset, settings, write_preset
 from recdiff.schema import make_plan
 from recdiff.study.identity import config_hash
-from recdiff.tune.preset import settings, write_preset
 from tests.sweep.conftest import requires_fixture
 
 REPO = Path(__file__).resolve().parents[2]
