@@ -118,7 +118,7 @@ class Runner:
         return self.programs.run(st, args, patches, sig, static)
 
     def step(self, st: Step, *inputs: Tensor, model: bool = True, fixed: int = 0, into: tuple[Tensor, ...] = (),
-                sig: tuple | None = None, static: tuple[tuple[int, ...], ...] | None = None) -> Any:
+             sig: tuple | None = None, static: tuple[tuple[int, ...], ...] | None = None) -> Any:
         """``st(self, *inputs)``, replayed from a graph (:meth:`recdiff.engine.graphs.Graphs.run`, keyed by the step,
         the inputs' shapes and dtypes and where the first ``fixed`` are, which it reads and writes in place) when this
         runner uses CUDA graphs; a plain call otherwise. ``model``: the step composes the model's operations (P, R, C
