@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "paper":
-            from analysis.paper import run_paper
+            from recdiff.tools.paper import run_paper
             return run_paper(args.out, args.scale, args.only, args.override)
         if args.command == "report":
             from analysis.report import write_report

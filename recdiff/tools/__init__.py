@@ -7,6 +7,8 @@
   restarts, an interrupt), then the exactly-once verdict (:mod:`~recdiff.tools.soak`)
 - ``python -m recdiff.tools.sampler_docs``: docs/samplers.md and the names table of docs/architecture.md, from the
   samplers' parameter declarations (``recdiff/params.py``)
+- :mod:`~recdiff.tools.paper` (run as ``python -m analysis paper``): every recipe of ``sweeps/`` swept in a
+  subprocess, then their analysis (:mod:`analysis.paper`)
 - :mod:`~recdiff.tools.speed` (run as ``python -m recdiff.bench``): tokens/s of every sampler, paired against the
   reference, the step profile, and the bounds of :mod:`~recdiff.tools.bounds` (bandwidth, weight products)
 - :mod:`~recdiff.tools.speed_authors` (run as ``python -m recdiff.bench_authors``): recdiff against the authors'

@@ -25,8 +25,9 @@ import pytest
 
 from analysis import plots
 from analysis.claims import CLAIMS
-from analysis.paper import SWEEPS, load_paper
+from analysis.paper import load_paper
 from analysis.report import plan_figures
+from recdiff.tools.paper import SWEEPS
 
 pytestmark = pytest.mark.slow
 
@@ -214,7 +215,7 @@ def test_bad_scale_and_recipe_are_one_line_errors(tmp_path):
 def test_every_trial_of_every_scale_has_a_time_limit(tmp_path):
     """A search can propose a wavefront that never converges (it would run to the sampler's step cap for hours):
     every sweep the runner starts caps its trials with run.timeout_s, above the slowest ordinary trial."""
-    from analysis.paper import ORDER, SCALES, Recipe, sweep_command
+    from recdiff.tools.paper import ORDER, SCALES, Recipe, sweep_command
 
     for name, scale in SCALES.items():
         for recipe in ORDER:

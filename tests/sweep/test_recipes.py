@@ -10,7 +10,7 @@ import itertools
 import pytest
 import yaml
 
-from analysis.paper import SWEEPS, Recipe
+from recdiff.tools.paper import SWEEPS, Recipe
 from tests.sweep.conftest import compose_plan
 
 # recipes by name; each is composed (about 0.4 s) by the test that needs it, not while every worker collects
