@@ -40,8 +40,7 @@ import recdiff.schema  # noqa: E402,F401  (registers the structured-config schem
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> tuple[float, float] | None:
     from recdiff.errors import SweepStopped, describe_error
-    from recdiff.study import run_job
-    from recdiff.study.interrupt import interrupted
+    from recdiff.study import interrupted, run_job
 
     try:
         return run_job(cfg)
@@ -68,10 +67,10 @@ def print_speedup_table(root: Path, identities: list[Any]) -> None:
         from analysis.reference import reference_label
         from analysis.speedup import format_speedup, speedup_table
         from analysis.trials import load_trials
-        from recdiff.study.identity import key
+        from recdiff.study import identity_key
 
         df = load_trials(root)
-        df = df.filter(pl.col("identity").is_in([key(i) for i in identities]))
+        df = df.filter(pl.col("identity").is_in([identity_key(i) for i in identities]))
         table = speedup_table(df)
         name, reference = df["study"][0], reference_label(df)
         text = format_speedup(table, reference=reference)
@@ -139,8 +138,7 @@ def cli(argv: list[str] | None = None) -> int:
     """Exit status: 0; 1 when the sweep recorded trials and completed none, lost a worker (a killed joblib worker, a
     SLURM job without a result) or its storage, or ends with configurations neither COMPLETE nor recorded by it; 2
     for bad input (one line); 130 when interrupted (Ctrl-C, SIGTERM, a cancelled SLURM job)."""
-    from recdiff.study import sweep_status
-    from recdiff.study.interrupt import interrupt_on_sigterm
+    from recdiff.study import interrupt_on_sigterm, sweep_status
 
     argv = list(sys.argv[1:] if argv is None else argv)
     # Exceptions reach us instead of Hydra's multi-line report; we print one line.
@@ -159,8 +157,7 @@ def cli(argv: list[str] | None = None) -> int:
         return 130
     except Exception as exc:  # composition errors, RecdiffError, unknown storage, a SLURM job without result ...
         from recdiff.errors import describe_error
-        from recdiff.study.interrupt import interrupted
-        from recdiff.study.slurm import job_failure
+        from recdiff.study import interrupted, job_failure
 
         if os.environ.get("RECDIFF_TRACEBACK"):
             raise

@@ -26,10 +26,7 @@ import polars as pl
 from analysis.labels import OBJECTIVES, SAMPLER_KEYS
 from recdiff.errors import RecdiffError
 from recdiff.params import SAMPLER_PARAMS, parse_sampler, sampler_text
-from recdiff.study.connect import sqlalchemy_url
-from recdiff.study.identity import STUDY_WIDE, differences, trial_identity
-from recdiff.study.identity import key as identity_key
-from recdiff.study.journal import JournalFile, replayed
+from recdiff.study import STUDY_WIDE, JournalFile, differences, identity_key, replayed, sqlalchemy_url, trial_identity
 from recdiff.trial import record
 from recdiff.trial.record import TrialRecord, read_attrs
 

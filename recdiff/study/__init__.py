@@ -25,49 +25,60 @@ output directory. Each trial's stability picture and per-sample table are upload
 - :mod:`~recdiff.study.journal`: the journal file, safe against interrupted writes; damage named; repair
 - :mod:`~recdiff.study.writable`: write access, checked before anything is recorded
 - :mod:`~recdiff.study.sweep_status`: the sweep's exit status (non-zero when every trial failed)
+
+Its interface to the other packages (the sweep's entry point ``sweep.py``, the tune, the tools, the analysis) is
+the names below, and only these; everything else is the package's own. They load on first use, each from its module,
+so that ``from recdiff.study import open_storage`` imports neither torch nor the trial's measuring modules.
 """
 
-from recdiff.study.baselines import BASELINES, run_baselines
-from recdiff.study.connect import load_study, open_storage, open_study, resolve_storage_url
-from recdiff.study.grid import run_grid_trial
-from recdiff.study.identity import check_identity, config_hash, identity_from_config, trial_identity
-from recdiff.study.job import run_job
-from recdiff.study.journal import JournalFile, repair
-from recdiff.study.record import (
-                                  claim,
-                                  claim_asked,
-                                  claim_trial,
-                                  find_duplicate,
-                                  holder,
-                                  measure,
-                                  record_outcome,
-                                  run_claimed,
-                                  take,
-                                  tell,
-                                  upload_artifacts,
-)
-from recdiff.study.results import write_json, write_result
-from recdiff.study.search import RETRIED_KINDS, count_trials, make_sampler, run_search
-from recdiff.study.storage import (
-                                  CLAIM_ATTR,
-                                  CLAIMANT_ATTR,
-                                  HEARTBEAT_ATTR,
-                                  Heartbeat,
-                                  HeartbeatJournalStorage,
-                                  RetryStaleTrial,
-                                  fail_stale_trials,
-                                  finish_claim,
-                                  holding,
-                                  record_heartbeat,
-                                  storage_of,
-                                  trial_id,
-)
+from __future__ import annotations
 
-__all__ = [
-    "BASELINES", "run_baselines", "load_study", "open_storage", "open_study", "resolve_storage_url", "run_grid_trial",
-    "check_identity", "config_hash", "identity_from_config", "trial_identity", "run_job", "JournalFile", "repair",
-    "claim", "claim_asked", "claim_trial", "find_duplicate", "holder", "measure", "record_outcome", "run_claimed",
-    "take", "tell", "upload_artifacts", "write_json", "write_result", "RETRIED_KINDS", "count_trials", "make_sampler",
-    "run_search", "CLAIM_ATTR", "CLAIMANT_ATTR", "HEARTBEAT_ATTR", "Heartbeat", "HeartbeatJournalStorage",
-    "RetryStaleTrial", "fail_stale_trials", "finish_claim", "holding", "record_heartbeat", "storage_of", "trial_id",
-]
+import importlib
+from typing import Any
+
+# name → (module, attribute in it; None: the module itself)
+_PUBLIC: dict[str, tuple[str, str | None]] = {
+    # the sweep's job and its exit status (sweep.py)
+    "run_job": ("recdiff.study.job", "run_job"),
+    "sweep_status": ("recdiff.study.sweep_status", None),
+    "job_failure": ("recdiff.study.slurm", "job_failure"),
+    "interrupt_on_sigterm": ("recdiff.study.interrupt", "interrupt_on_sigterm"),
+    "interrupted": ("recdiff.study.interrupt", "interrupted"),
+    # storages, studies and journals (the analysis, the soak)
+    "open_storage": ("recdiff.study.connect", "open_storage"),
+    "sqlalchemy_url": ("recdiff.study.connect", "sqlalchemy_url"),
+    "shown": ("recdiff.study.reconnect", "shown"),
+    "JournalFile": ("recdiff.study.journal", "JournalFile"),
+    "replayed": ("recdiff.study.journal", "replayed"),
+    "CLAIMANT_ATTR": ("recdiff.study.storage", "CLAIMANT_ATTR"),
+    # what a trial measures (the analysis, the tune)
+    "config_hash": ("recdiff.study.identity", "config_hash"),
+    "trial_identity": ("recdiff.study.identity", "trial_identity"),
+    "identity_key": ("recdiff.study.identity", "key"),
+    "differences": ("recdiff.study.identity", "differences"),
+    "STUDY_WIDE": ("recdiff.study.identity", "STUDY_WIDE"),
+    # a study opened and a trial's one path, claim → measure → record (the tune)
+    "open_checked_study": ("recdiff.study.job", "open_checked_study"),
+    "check_writable_outputs": ("recdiff.study.writable", "check_writable_outputs"),
+    "thread_budget": ("recdiff.study.resources", "thread_budget"),
+    "make_sampler": ("recdiff.study.search", "make_sampler"),
+    "counts": ("recdiff.study.search", "counts"),
+    "fail_stale_trials": ("recdiff.study.storage", "fail_stale_trials"),
+    "grid_trial": ("recdiff.study.record", "grid_trial"),
+    "claim_asked": ("recdiff.study.record", "claim_asked"),
+    "skip_duplicate": ("recdiff.study.record", "skip_duplicate"),
+    "holding": ("recdiff.study.storage", "holding"),
+    "measure": ("recdiff.study.record", "measure"),
+    "record_outcome": ("recdiff.study.record", "record_outcome"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PUBLIC:
+        module, attr = _PUBLIC[name]
+        found = importlib.import_module(module)
+        return found if attr is None else getattr(found, attr)
+    raise AttributeError(f"module 'recdiff.study' has no attribute {name!r}")
+
+
+__all__ = list(_PUBLIC)

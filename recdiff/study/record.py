@@ -334,3 +334,28 @@ def run_claimed(plan: Config, study: optuna.Study, trial: FrozenTrial, load: Loa
     with holding(study, trial, plan.study.heartbeat_interval):
         outcome = measure(plan, study, load, out_dir, attrs, reuse)
     return record_outcome(plan, study, trial, outcome, out_dir, attrs), outcome
+
+
+def grid_trial(plan: Config, study: optuna.Study, load: Load, out_dir: Path,
+               attrs: dict[str, Any]) -> FrozenTrial | None:
+    """The plan's configuration in a grid study, as a caller outside a sweep's job needs it (the tune's reference and
+    held-out measurements): COMPLETE already, or taken (:func:`take`: waiting while another live process holds it),
+    then copied (``study.reuse``) or measured, and recorded (:func:`run_claimed`); taken again when this worker's
+    claim was taken over meanwhile. None when its workers died more than ``study.max_retry`` times."""
+    while True:
+        trial = take(plan, study, attrs)
+        if trial is None or trial.state == TrialState.COMPLETE:
+            return trial
+        done, _ = run_claimed(plan, study, trial, load, out_dir, attrs, reuse=plan.study.reuse)
+        if done is not None:
+            return done
+
+
+def skip_duplicate(study: optuna.Study, trial: FrozenTrial, digest: str) -> FrozenTrial | None:
+    """When another trial of the study holds the configuration ``digest`` (:func:`find_duplicate`), the claimed
+    ``trial`` is told PRUNED as its duplicate (``duplicate_of``) and that other trial returned; else None, and
+    ``trial`` is left to be measured."""
+    dup = find_duplicate(study, digest, exclude=trial.number)
+    if dup is not None:
+        tell(study, trial, duplicate(dup.number), "")
+    return dup

@@ -16,7 +16,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from recdiff.study.identity import config_hash
-from recdiff.study.record import claim_asked, duplicate, find_duplicate, run_claimed, tell
+from recdiff.study.record import claim_asked, run_claimed, skip_duplicate, tell
 from recdiff.study.storage import fail_stale_trials, storage_of, trial_id
 from recdiff.trial.outcome import Outcome, State
 
@@ -106,10 +106,9 @@ def run_search(plan: Config, study: optuna.Study, work: Any, job_dir: Path, iden
                 storage_of(study).set_trial_user_attr(trial_id(trial), k, v)
         except optuna.exceptions.UpdateFinishedTrialError:   # failed as stale meanwhile, as above
             continue
-        dup = find_duplicate(study, attrs["config_hash"], exclude=trial.number) if spec.skip_duplicates else None
+        dup = skip_duplicate(study, trial, attrs["config_hash"]) if spec.skip_duplicates else None
         if dup is not None:
             duplicates_in_a_row += 1
-            tell(study, trial, duplicate(dup.number), "")
             log.info("trial %d skipped: duplicate of trial %d", trial.number, dup.number)
             if duplicates_in_a_row >= spec.max_duplicates:
                 log.info("%d duplicate proposals in a row: the search space looks exhausted", duplicates_in_a_row)

@@ -3,7 +3,7 @@ cost, of the diffusion sampler or LoopSpec (docs/tune.md). The pieces, one job e
 
 - :mod:`~recdiff.tune.plan`: the command line: the sweep's typed plan (Hydra's compose API) and ``tune.*``; the two
   samplers' knobs and their Optuna distributions
-- :mod:`~recdiff.tune.study`: the studies, the reference on the searched slice, the constrained search
+- :mod:`~recdiff.tune.tuning`: the studies, the reference on the searched slice, the constrained search
 - :mod:`~recdiff.tune.design`: the search's first proposals: the paper's defaults, LoopSpec's, then one-knob moves
   around the best
 - :mod:`~recdiff.tune.budget`: the time budget (the search keeps the confirmation's time)

@@ -35,12 +35,12 @@ def tune(argv: list[str], start: float) -> int:
 
     from recdiff.params import sampler_text
     from recdiff.presets import settings, write_preset
-    from recdiff.study.resources import thread_budget
+    from recdiff.study import thread_budget
     from recdiff.tune.budget import Budget
     from recdiff.tune.choice import Measured, Row, choose, feasible, judge, runners_up, settings_text, table
     from recdiff.tune.confirm import confirm
     from recdiff.tune.provenance import provenance, slice_text
-    from recdiff.tune.study import check_budget, counted, measure_grid, measured, open_tuning, search
+    from recdiff.tune.tuning import check_budget, counted, measure_grid, measured, open_tuning, search
 
     plan, opts = tp.search, tp.options
     budget = Budget(opts.time_budget_s, start=start)
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     if {"-h", "--help"} & set(argv):
         print(__doc__.strip() + "\n\nThe options (tune.*) and how the choice is made: docs/tune.md")
         return 0
-    from recdiff.study.interrupt import interrupt_on_sigterm
+    from recdiff.study import interrupt_on_sigterm
 
     interrupt_on_sigterm()
     logging.basicConfig(level=logging.WARNING, format="%(message)s")

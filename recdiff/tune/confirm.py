@@ -19,10 +19,10 @@ from optuna.trial import FrozenTrial
 from recdiff.params import SamplerParams
 from recdiff.timing import clustered_median_interval
 from recdiff.tune.choice import Measured
-from recdiff.tune.study import Say, measure_grid
+from recdiff.tune.tuning import Say, measure_grid
 
 if TYPE_CHECKING:
-    from recdiff.tune.study import Tuning
+    from recdiff.tune.tuning import Tuning
 
 
 def by_problem(m: Measured, trial: FrozenTrial, seed: int = 0) -> Measured:

@@ -118,3 +118,30 @@ def test_the_check_sees_an_upward_import_and_a_circle(tmp_path):
         pass
     else:
         raise AssertionError("a circle went unseen")
+
+
+def _study_imports() -> list[tuple[str, str, str | None]]:
+    """(file, module, name) of every import of the study package from outside it (sweep.py, the other packages)."""
+    out = []
+    files = [REPO / "sweep.py", *(REPO / "analysis").rglob("*.py"),
+             *(p for p in (REPO / "recdiff").rglob("*.py") if "study" not in p.relative_to(REPO / "recdiff").parts[:1])]
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("recdiff.study"):
+                out += [(path.name, node.module, a.name) for a in node.names]
+            elif isinstance(node, ast.Import):
+                out += [(path.name, a.name, None) for a in node.names if a.name.startswith("recdiff.study")]
+    return out
+
+
+def test_the_study_package_is_used_through_its_interface():
+    """Other packages import the study package's names from ``recdiff.study`` (its ``_PUBLIC`` interface), never
+    from its modules; and the interface holds no name that none of them uses."""
+    from recdiff import study
+
+    imports = _study_imports()
+    inside = [f"{f}: {m}" + (f" import {n}" if n else "") for f, m, n in imports
+              if m != "recdiff.study" or n not in study._PUBLIC]
+    assert not inside, "imports of the study package's modules or of names outside its interface: " + "; ".join(inside)
+    unused = set(study._PUBLIC) - {n for _, _, n in imports}
+    assert not unused, f"recdiff.study exports names no other package uses: {sorted(unused)}"

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from recdiff import study as rs
+from recdiff.study.grid import run_grid_trial
+from recdiff.study.identity import identity_from_config
+from recdiff.study.search import run_search
 from recdiff.trial import TrialResult
 
 
@@ -16,15 +18,15 @@ class FakeWork:
 
 def identity(plan) -> dict:
     """The plan's identity without a checkpoint (no weights digest): what these in-process tests record."""
-    return rs.identity_from_config(plan.as_dict())
+    return identity_from_config(plan.as_dict())
 
 
 def grid_trial(plan, study, job_dir):
-    return rs.run_grid_trial(plan, study, FakeWork, job_dir, identity(plan))
+    return run_grid_trial(plan, study, FakeWork, job_dir, identity(plan))
 
 
 def search(plan, study, job_dir):
-    return rs.run_search(plan, study, FakeWork(), job_dir, identity(plan))
+    return run_search(plan, study, FakeWork(), job_dir, identity(plan))
 
 
 def fake_run_trial(calls: list, fail: dict | None = None):

@@ -16,9 +16,15 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+import recdiff.study.record as study_record
+import recdiff.study.results as study_results
+import recdiff.study.storage as study_storage
 import recdiff.trial
-from recdiff import study as rs
 from recdiff.study import claimant
+from recdiff.study.connect import open_storage, open_study
+from recdiff.study.identity import config_hash
+from recdiff.study.record import claim_trial, tell
+from recdiff.study.storage import CLAIMANT_ATTR, fail_stale_trials, storage_of
 
 from .conftest import compose_plan
 from .fakes import fake_run_trial, grid_trial
@@ -31,7 +37,7 @@ def grid_plan(tmp_path: Path, *extra: str):
 
 def open_(plan):
     s = plan.study
-    return rs.open_study(s, rs.open_storage(s.storage, s.heartbeat_interval, s.grace_period, s.max_retry))
+    return open_study(s, open_storage(s.storage, s.heartbeat_interval, s.grace_period, s.max_retry))
 
 
 class FakeClock:
@@ -39,8 +45,8 @@ class FakeClock:
 
     def __init__(self, monkeypatch, then=None) -> None:
         self.now, self.waits, self.then = 1_000_000.0, [], then
-        monkeypatch.setattr(rs.storage, "clock", lambda: self.now)
-        monkeypatch.setattr(rs.record, "sleep", self.sleep)
+        monkeypatch.setattr(study_storage, "clock", lambda: self.now)
+        monkeypatch.setattr(study_record, "sleep", self.sleep)
 
     def sleep(self, seconds: float) -> None:
         self.waits.append(seconds)
@@ -52,8 +58,8 @@ class FakeClock:
 
 def claimed_elsewhere(study, plan):
     """A claim by a process on another machine (its liveness cannot be looked at: only its heartbeat tells)."""
-    trial = rs.claim_trial(study, plan.grid_params(), {"config_hash": rs.config_hash(plan)})
-    rs.storage_of(study).set_trial_system_attr(trial._trial_id, rs.CLAIMANT_ATTR,
+    trial = claim_trial(study, plan.grid_params(), {"config_hash": config_hash(plan)})
+    storage_of(study).set_trial_system_attr(trial._trial_id, CLAIMANT_ATTR,
                                                {"host": "node-b", "machine": "elsewhere", "pid": 1, "started": 1})
     return trial
 
@@ -100,7 +106,7 @@ def test_a_configuration_claimed_by_a_live_process_is_waited_for_and_run_once(tm
     assert calls == [2] and clock.waits == [1]
     (t,) = open_(plan).get_trials()
     assert t.state == TrialState.COMPLETE and t.values == [0.2, 50.0]
-    assert t.system_attrs[rs.CLAIMANT_ATTR]["pid"] == claimant.this_process()["pid"]
+    assert t.system_attrs[CLAIMANT_ATTR]["pid"] == claimant.this_process()["pid"]
     waited = json.loads((tmp_path / "b" / "result.json").read_text())
     assert waited["state"] == "COMPLETE" and waited["skipped_duplicate"] and waited["trial_number"] == t.number
 
@@ -110,17 +116,17 @@ def test_claims_made_at_the_same_moment_are_settled_by_trial_number(tmp_path, mo
     monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial(calls))
     plan = grid_plan(tmp_path)
     study = open_(plan)
-    digest = rs.config_hash(plan)
-    other = rs.claim_trial(study, plan.grid_params(), {"config_hash": digest})   # another process, a moment earlier
-    looks, real = [], rs.record.holder
+    digest = config_hash(plan)
+    other = claim_trial(study, plan.grid_params(), {"config_hash": digest})   # another process, a moment earlier
+    looks, real = [], study_record.holder
 
     def holder(s, d):   # our first look came before the other claim was visible
         looks.append(d)
         return None if len(looks) == 1 else real(s, d)
 
-    monkeypatch.setattr(rs.record, "holder", holder)
+    monkeypatch.setattr(study_record, "holder", holder)
     # the other process completes its trial while this one waits
-    FakeClock(monkeypatch, then=lambda: rs.storage_of(study).set_trial_state_values(
+    FakeClock(monkeypatch, then=lambda: storage_of(study).set_trial_state_values(
         other._trial_id, TrialState.COMPLETE, values=[0.5, 5.0]))
     assert grid_trial(plan, study, tmp_path / "late") == (0.5, 5.0)
     assert calls == []
@@ -152,9 +158,9 @@ def test_a_claim_whose_process_ended_on_this_machine_is_taken_over_at_once(tmp_p
     clock = FakeClock(monkeypatch)
     plan = grid_plan(tmp_path, "study.grace_period=3600")   # the heartbeat would keep it for an hour
     study = open_(plan)
-    dead = rs.claim_trial(study, plan.grid_params(), {"config_hash": rs.config_hash(plan)})
+    dead = claim_trial(study, plan.grid_params(), {"config_hash": config_hash(plan)})
     gone = ended_process()
-    rs.storage_of(study).set_trial_system_attr(dead._trial_id, rs.CLAIMANT_ATTR, gone)
+    storage_of(study).set_trial_system_attr(dead._trial_id, CLAIMANT_ATTR, gone)
     assert grid_trial(plan, open_(plan), tmp_path / "again") == (0.2, 50.0)
     assert calls == [2] and clock.waits == []     # no waiting at all
     failed, retry = open_(plan).get_trials()
@@ -192,13 +198,13 @@ def test_a_configuration_whose_worker_died_more_than_max_retry_times_is_not_run_
     calls: list = []
     monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial(calls))
     FakeClock(monkeypatch)
-    monkeypatch.setenv(rs.results.SWEEP_TOKEN_ENV, "sweep-1")
+    monkeypatch.setenv(study_results.SWEEP_TOKEN_ENV, "sweep-1")
     plan = grid_plan(tmp_path, "study.max_retry=1", "study.grace_period=3600")
     study = open_(plan)
     for attempt in range(2):                       # the first run and its one retry: each kills its worker
-        trial = rs.claim_trial(study, plan.grid_params(), {"config_hash": rs.config_hash(plan)})
-        rs.storage_of(study).set_trial_system_attr(trial._trial_id, rs.CLAIMANT_ATTR, ended_process())
-        assert rs.fail_stale_trials(open_(plan)) == [trial._trial_id]
+        trial = claim_trial(study, plan.grid_params(), {"config_hash": config_hash(plan)})
+        storage_of(study).set_trial_system_attr(trial._trial_id, CLAIMANT_ATTR, ended_process())
+        assert fail_stale_trials(open_(plan)) == [trial._trial_id]
     study = open_(plan)
     waiting = study.get_trials(states=(TrialState.WAITING,))
     assert waiting == []                           # Optuna's retry callback re-queued it once (max_retry=1)
@@ -230,7 +236,7 @@ def test_a_trial_whose_artifacts_cannot_be_stored_is_not_complete(tmp_path, monk
     (t,) = study.get_trials()
     assert t.state == TrialState.FAIL and t.values is None
     assert t.user_attrs["fail_kind"] == "artifacts" and "cannot store artifacts" in t.user_attrs["fail_reason"]
-    assert not optuna.artifacts.get_all_artifact_meta(t, storage=rs.storage_of(study))
+    assert not optuna.artifacts.get_all_artifact_meta(t, storage=storage_of(study))
 
 
 @pytest.mark.parametrize("kind", ["error", "oom"])
@@ -253,9 +259,9 @@ def test_an_outcome_told_after_another_worker_failed_the_trial_leaves_what_that_
 
     plan = grid_plan(tmp_path)
     study = open_(plan)
-    trial = rs.claim_trial(study, plan.grid_params(), {"config_hash": rs.config_hash(plan)})
-    rs.storage_of(study).set_trial_state_values(trial._trial_id, TrialState.FAIL)   # found stale by another worker
-    assert rs.tell(open_(plan), trial, Outcome(State.COMPLETE, [0.5, 5.0], {"n_samples": 1}, []), "") is None
+    trial = claim_trial(study, plan.grid_params(), {"config_hash": config_hash(plan)})
+    storage_of(study).set_trial_state_values(trial._trial_id, TrialState.FAIL)   # found stale by another worker
+    assert tell(open_(plan), trial, Outcome(State.COMPLETE, [0.5, 5.0], {"n_samples": 1}, []), "") is None
     done = open_(plan).get_trials()[0]
     assert done.state == TrialState.FAIL and done.values is None and "n_samples" not in done.user_attrs
     assert (f"trial {trial.number}: this worker's claim was taken over while it was away (stopped, or cut off from the "

@@ -10,9 +10,10 @@ import optuna
 import pytest
 
 import recdiff.trial
-from recdiff import study as rs
 from recdiff.errors import RecdiffError
-from recdiff.study.identity import conflict, identity_from_config, weights_digest
+from recdiff.study.connect import open_storage, open_study
+from recdiff.study.grid import run_grid_trial
+from recdiff.study.identity import check_identity, conflict, identity_from_config, trial_identity, weights_digest
 
 from .conftest import FIXTURE, TINY, compose_cfg, compose_plan, load, requires_fixture, run_sweep
 from .fakes import FakeWork, fake_run_trial
@@ -58,18 +59,18 @@ def test_a_run_measured_otherwise_is_refused_naming_the_keys(tmp_path, monkeypat
     monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial([]))
     base = [f"study.storage={tmp_path}/j.log", f"study.artifact_dir={tmp_path}/art", "study.name=i"]
     plan = compose_plan([*base, "benchmark.limit=32"])
-    study = rs.open_study(plan.study, rs.open_storage(plan.study.storage))
-    rs.run_grid_trial(plan, study, FakeWork, tmp_path / "job", ident("benchmark.limit=32"))
-    rs.check_identity(study, ident("benchmark.limit=32", "sampler.r_inner=8"))       # same identity: fine
+    study = open_study(plan.study, open_storage(plan.study.storage))
+    run_grid_trial(plan, study, FakeWork, tmp_path / "job", ident("benchmark.limit=32"))
+    check_identity(study, ident("benchmark.limit=32", "sampler.r_inner=8"))       # same identity: fine
     with pytest.raises(RecdiffError, match=r"study 'i' holds trials measured otherwise \(trial 0\): "
                                            r"benchmark.limit=2 here, 32 there\. .*another study.name"):
-        rs.check_identity(study, ident("benchmark.limit=2"))
+        check_identity(study, ident("benchmark.limit=2"))
     # trials recorded before identities existed are judged by their config
     legacy = compose_plan(["benchmark.limit=7"]).as_dict()
     study.add_trial(optuna.trial.create_trial(values=[0.1, 1.0], params={}, distributions={},
                                               user_attrs={"config": legacy}))
     with pytest.raises(RecdiffError, match=r"\(trial 1\): benchmark.limit=32 here, 7 there"):
-        rs.check_identity(study, ident("benchmark.limit=32"))
+        check_identity(study, ident("benchmark.limit=32"))
 
 
 @pytest.mark.slow
@@ -134,13 +135,13 @@ def test_the_device_is_part_of_the_identity_over_the_whole_study():
 
 def test_trials_recorded_before_the_identity_held_the_device_are_judged_by_their_device_attribute():
     legacy = {"config": compose_plan().as_dict()}
-    assert rs.trial_identity(legacy | {"device": "cuda:1 (NVIDIA H100 80GB HBM3)"})["device"] == H100
+    assert trial_identity(legacy | {"device": "cuda:1 (NVIDIA H100 80GB HBM3)"})["device"] == H100
     # an older CPU attribute names the architecture and torch's threads, not the processor: its name is unknown
-    assert rs.trial_identity(legacy | {"device": "cpu (x86_64, 4 threads)"})["device"] == {"kind": "cpu"}
-    assert "device" not in rs.trial_identity(legacy)
+    assert trial_identity(legacy | {"device": "cpu (x86_64, 4 threads)"})["device"] == {"kind": "cpu"}
+    assert "device" not in trial_identity(legacy)
     # the identity's own device wins over the attribute
     recorded = {"identity": ident() | {"device": {"kind": "cpu", "name": "A"}}, "device": "cpu (x86_64, 1 threads)"}
-    assert rs.trial_identity(recorded)["device"] == {"kind": "cpu", "name": "A"}
+    assert trial_identity(recorded)["device"] == {"kind": "cpu", "name": "A"}
 
 
 EMBEDDED_TINY = ["benchmark.limit=1", "run.max_new_tokens=2", "run.warmup=0", "run.threads=1", "run.progress=false",
@@ -149,7 +150,7 @@ EMBEDDED_TINY = ["benchmark.limit=1", "run.max_new_tokens=2", "run.warmup=0", "r
 
 def plant(storage: str, plan, user_attrs: dict) -> None:
     """A trial measured elsewhere, as another worker (or an older version) recorded it."""
-    study = rs.open_study(plan.study, rs.open_storage(storage))
+    study = open_study(plan.study, open_storage(storage))
     study.add_trial(optuna.trial.create_trial(values=[1.0, 10.0], params={}, distributions={},
                                               user_attrs={"config": plan.as_dict(), **user_attrs}))
 

@@ -12,7 +12,8 @@ import pytest
 from optuna.trial import TrialState
 
 from recdiff.errors import RecdiffError
-from recdiff.study import open_storage, repair
+from recdiff.study import open_storage
+from recdiff.study.journal import repair
 
 from .conftest import REPO, requires_fixture, run_sweep
 

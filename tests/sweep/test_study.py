@@ -11,9 +11,12 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
+import recdiff.study.storage as study_storage
 import recdiff.trial
-from recdiff import study as rs
 from recdiff.errors import RecdiffError, SweepStopped
+from recdiff.study.connect import open_storage, open_study
+from recdiff.study.search import count_trials, make_sampler
+from recdiff.study.storage import HeartbeatJournalStorage, fail_stale_trials, record_heartbeat
 from recdiff.trial import TrialTimeout
 
 from .conftest import compose_plan
@@ -55,8 +58,8 @@ def test_grid_trial_recorded_once_with_artifacts_and_duplicate_skipped(tmp_path,
     monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial(calls))
     plan = compose_plan([f"study.storage={tmp_path}/j.log", f"study.artifact_dir={tmp_path}/art", "study.name=g",
                          "sampler.r_inner=2"])
-    storage = rs.open_storage(plan.study.storage)
-    study = rs.open_study(plan.study, storage)
+    storage = open_storage(plan.study.storage)
+    study = open_study(plan.study, storage)
     assert grid_trial(plan, study, tmp_path / "job0") == (0.2, 50.0)
     assert grid_trial(plan, study, tmp_path / "job1") == (0.2, 50.0)   # identical: skipped
     assert calls == [2]
@@ -81,7 +84,7 @@ def test_failures_are_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch, exc,
     base = [f"study.storage={tmp_path}/j.log", f"study.artifact_dir={tmp_path}/art", "study.name=f"]
     for r in (1, 2):
         plan = compose_plan([*base, f"sampler.r_inner={r}"])
-        study = rs.open_study(plan.study, rs.open_storage(plan.study.storage))
+        study = open_study(plan.study, open_storage(plan.study.storage))
         grid_trial(plan, study, tmp_path / f"job{r}")
     first, second = study.get_trials()
     assert first.state == state and reason in (first.user_attrs.get("fail_reason") or first.user_attrs["prune_reason"])
@@ -95,12 +98,12 @@ def test_search_runs_resumes_to_the_total_and_skips_duplicates(tmp_path, monkeyp
     space = ["study.search=[r_inner]", "study.space.r_inner.low=1", "study.space.r_inner.high=3",
              "study.space.r_inner.log=false", "study.algorithm=random", "study.max_duplicates=10"]
     plan = search_plan(tmp_path, "study.n_trials=2", *space)
-    study = rs.open_study(plan.study, rs.open_storage(plan.study.storage), rs.make_sampler(plan.study))
+    study = open_study(plan.study, open_storage(plan.study.storage), make_sampler(plan.study))
     search(plan, study, tmp_path / "job")
-    assert rs.count_trials(study) == (2, 0)
+    assert count_trials(study) == (2, 0)
     # resume with a larger total: only the missing trial runs; the 3-point space is then exhausted
     plan = search_plan(tmp_path, "study.n_trials=5", *space)
-    study = rs.open_study(plan.study, rs.open_storage(plan.study.storage), rs.make_sampler(plan.study, worker=1))
+    study = open_study(plan.study, open_storage(plan.study.storage), make_sampler(plan.study, worker=1))
     search(plan, study, tmp_path / "job")
     complete = study.get_trials(states=(TrialState.COMPLETE,))
     assert sorted(t.params["r_inner"] for t in complete) == [1, 2, 3]
@@ -110,7 +113,7 @@ def test_search_runs_resumes_to_the_total_and_skips_duplicates(tmp_path, monkeyp
     # resuming a finished study runs nothing
     calls.clear()
     plan = search_plan(tmp_path, "study.n_trials=3", *space)
-    search(plan, rs.open_study(plan.study, rs.open_storage(plan.study.storage)), tmp_path / "job")
+    search(plan, open_study(plan.study, open_storage(plan.study.storage)), tmp_path / "job")
     assert calls == []
     for t in complete:
         assert (Path(t.user_attrs["output_dir"]) / "result.json").exists()
@@ -120,15 +123,15 @@ def test_stale_running_trial_is_failed_and_retried(tmp_path, monkeypatch):
     calls: list = []
     monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial(calls))
     now = [1_000_000.0]
-    monkeypatch.setattr(rs.storage, "clock", lambda: now[0])   # the heartbeats' clock
+    monkeypatch.setattr(study_storage, "clock", lambda: now[0])   # the heartbeats' clock
     plan = search_plan(tmp_path, "study.n_trials=1", "study.search=[r_inner]")   # grace period: the storage's
-    storage = rs.open_storage(plan.study.storage, heartbeat_interval=1, grace_period=1)
-    study = rs.open_study(plan.study, storage, rs.make_sampler(plan.study))
+    storage = open_storage(plan.study.storage, heartbeat_interval=1, grace_period=1)
+    study = open_study(plan.study, storage, make_sampler(plan.study))
     dead = study.ask(plan.search_space())           # a worker that asked, then died without a heartbeat
     dead.set_user_attr("n_samples", 99)             # something the failed attempt had measured
-    rs.record_heartbeat(study, dead)
+    record_heartbeat(study, dead)
     now[0] += 1.5
-    study = rs.open_study(plan.study, rs.open_storage(plan.study.storage, 1, 1), rs.make_sampler(plan.study))
+    study = open_study(plan.study, open_storage(plan.study.storage, 1, 1), make_sampler(plan.study))
     search(plan, study, tmp_path / "job")
     trials = study.get_trials()
     assert trials[0].state == TrialState.FAIL and trials[0].user_attrs["fail_kind"] == "worker_died"
@@ -137,33 +140,33 @@ def test_stale_running_trial_is_failed_and_retried(tmp_path, monkeypatch):
     assert retried.params == trials[0].params and retried.system_attrs["failed_trial"] == 0
     # the retry carries nothing of the failed attempt: no stale fail_reason, its own measurements
     assert not {"fail_kind", "fail_reason"} & set(retried.user_attrs) and retried.user_attrs["n_samples"] == 1
-    assert rs.count_trials(study) == (1, 0)
+    assert count_trials(study) == (1, 0)
 
 
 def test_a_searched_trial_whose_worker_keeps_dying_is_requeued_at_most_max_retry_times(tmp_path, monkeypatch):
     calls: list = []
     monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial(calls))
     now = [1_000_000.0]
-    monkeypatch.setattr(rs.storage, "clock", lambda: now[0])   # the heartbeats' clock
+    monkeypatch.setattr(study_storage, "clock", lambda: now[0])   # the heartbeats' clock
     plan = search_plan(tmp_path, "study.n_trials=1", "study.search=[r_inner]", "study.max_retry=2")
 
     def open_():
-        storage = rs.open_storage(plan.study.storage, 1, 5, plan.study.max_retry)
-        return rs.open_study(plan.study, storage, rs.make_sampler(plan.study))
+        storage = open_storage(plan.study.storage, 1, 5, plan.study.max_retry)
+        return open_study(plan.study, storage, make_sampler(plan.study))
 
     study = open_()
     for attempt in range(3):   # the first run and its two retries each lose their worker
         trial = study.ask(plan.search_space())   # pops the re-queued retry first
-        rs.record_heartbeat(study, trial)
+        record_heartbeat(study, trial)
         now[0] += 6                              # past the grace period (5 s)
-        assert len(rs.fail_stale_trials(open_())) == 1
+        assert len(fail_stale_trials(open_())) == 1
         study = open_()
         assert len(study.get_trials(states=(TrialState.WAITING,))) == (attempt < 2)
     dead = study.get_trials()
     assert [t.state for t in dead] == [TrialState.FAIL] * 3 and len({str(t.params) for t in dead}) == 1
     assert [t.system_attrs.get("retry_history") for t in dead] == [None, [0], [0, 1]]
     search(plan, study, tmp_path / "job")        # the search goes on with a new proposal; dead attempts do not count
-    assert rs.count_trials(study) == (1, 0) and len(calls) == 1
+    assert count_trials(study) == (1, 0) and len(calls) == 1
 
 
 def test_worker_that_asks_for_a_place_another_took_first_steps_back(tmp_path, monkeypatch):
@@ -172,12 +175,12 @@ def test_worker_that_asks_for_a_place_another_took_first_steps_back(tmp_path, mo
     calls: list = []
     monkeypatch.setattr(recdiff.trial, "run_trial", fake_run_trial(calls))
     plan = search_plan(tmp_path, "study.n_trials=1", "study.search=[r_inner]")
-    study = rs.open_study(plan.study, rs.open_storage(plan.study.storage, 1, 60), rs.make_sampler(plan.study))
+    study = open_study(plan.study, open_storage(plan.study.storage, 1, 60), make_sampler(plan.study))
     ask = study.ask
 
     def ask_after_another_worker(space):
         other = ask(space)                      # the other worker asked between this one's count and its ask
-        rs.record_heartbeat(study, other)
+        record_heartbeat(study, other)
         threading.Timer(1.0, lambda: study.tell(other, [0.5, 10.0])).start()
         monkeypatch.setattr(study, "ask", ask)
         return ask(space)
@@ -187,24 +190,24 @@ def test_worker_that_asks_for_a_place_another_took_first_steps_back(tmp_path, mo
     other, mine = study.get_trials()
     assert calls == [] and other.state == TrialState.COMPLETE
     assert mine.state == TrialState.PRUNED and mine.user_attrs["surplus"] is True
-    assert rs.count_trials(study) == (1, 0)
+    assert count_trials(study) == (1, 0)
 
 
 def test_storage_urls(tmp_path):
-    assert isinstance(rs.open_storage(str(tmp_path / "a" / "j.log")), rs.HeartbeatJournalStorage)
-    s = rs.open_storage(f"sqlite:///{tmp_path}/b/s.db")
+    assert isinstance(open_storage(str(tmp_path / "a" / "j.log")), HeartbeatJournalStorage)
+    s = open_storage(f"sqlite:///{tmp_path}/b/s.db")
     assert s.get_heartbeat_interval() == 10
     with pytest.raises(RecdiffError, match="unknown storage"):
-        rs.open_storage("redis://localhost/0")
+        open_storage("redis://localhost/0")
     # nothing answers: an outage, waited for up to the grace period, then one line (exit 1, not bad input)
     with pytest.raises(SweepStopped, match=r"^storage postgresql://nobody@127.0.0.1:1/none unreachable for 1 s \("
                                            r"connection to server .* failed: Connection refused\): the sweep stopped"):
-        rs.open_storage("postgresql://nobody@127.0.0.1:1/none", grace_period=1)
+        open_storage("postgresql://nobody@127.0.0.1:1/none", grace_period=1)
 
 
 def test_existing_study_with_other_directions_is_refused(tmp_path):
     plan = compose_plan([f"study.storage={tmp_path}/j.log", "study.name=d"])
-    optuna.create_study(study_name="d", storage=rs.open_storage(plan.study.storage),
+    optuna.create_study(study_name="d", storage=open_storage(plan.study.storage),
                         directions=["minimize", "maximize"])
     with pytest.raises(RecdiffError, match="directions"):
-        rs.open_study(plan.study, rs.open_storage(plan.study.storage))
+        open_study(plan.study, open_storage(plan.study.storage))

@@ -16,7 +16,8 @@ import pytest
 from optuna.trial import TrialState
 
 from recdiff.device import describe
-from recdiff.study import HEARTBEAT_ATTR, open_storage
+from recdiff.study import open_storage
+from recdiff.study.storage import HEARTBEAT_ATTR
 from recdiff.tune import read_preset
 
 pytestmark = pytest.mark.slow

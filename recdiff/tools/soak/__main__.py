@@ -21,8 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from recdiff.study.interrupt import interrupt_on_sigterm
-from recdiff.study.reconnect import shown
+from recdiff.study import interrupt_on_sigterm, shown
 from recdiff.tools.soak.chaos import Chaos, Claims
 from recdiff.tools.soak.schedule import KINDS, make_schedule
 from recdiff.tools.soak.verdict import grid_points, judge, table
@@ -207,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def final_trials(url: str, name: str) -> list:
-    from recdiff.study.connect import open_storage
+    from recdiff.study import open_storage
 
     storage = open_storage(url, patience_s=60)
     try:

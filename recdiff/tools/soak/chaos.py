@@ -42,7 +42,7 @@ class Claims:
         self._study_id: int | None = None
 
     def _trials(self, states: tuple[TrialState, ...]) -> list | None:
-        from recdiff.study.connect import open_storage
+        from recdiff.study import open_storage
 
         try:
             if self._storage is None:
@@ -54,7 +54,7 @@ class Claims:
             return None
 
     def holders(self) -> dict[int, list[int]] | None:
-        from recdiff.study.storage import CLAIMANT_ATTR
+        from recdiff.study import CLAIMANT_ATTR
 
         trials = self._trials((TrialState.RUNNING,))
         if trials is None:

@@ -27,7 +27,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from recdiff.study.storage import CLAIMANT_ATTR
+from recdiff.study import CLAIMANT_ATTR
 from recdiff.tools.soak.chaos import Landed
 from recdiff.tools.soak.workers import Worker
 

@@ -23,7 +23,7 @@ from recdiff.tune.choice import Measured, since_gain
 from recdiff.tune.confirm import confirm
 from recdiff.tune.design import first, steps
 from recdiff.tune.plan import compose
-from recdiff.tune.study import ask, counted, holdout_factor, measure_grid, measured, open_tuning, search
+from recdiff.tune.tuning import ask, counted, holdout_factor, measure_grid, measured, open_tuning, search
 
 CPU = "Acme(R) Rocket(TM) 9000 CPU @ 3.00GHz"   # no preset in conf/ was tuned on it
 
@@ -172,25 +172,25 @@ def test_the_time_budget_keeps_the_confirmations_time(tmp_path, calls):
 def test_a_budget_too_small_is_refused_before_the_reference_is_measured(tmp_path, calls, monkeypatch):
     """The least budget is the search's own reckoning: the reference's trial (here probed at 30 s), the first search
     trial (1.5 x 30 s) and the confirmation (1.5 x 40/9 x 4 x 30 s = 800 s); once measured, without the reference."""
-    import recdiff.tune.study as study
+    import recdiff.tune.tuning as tuning_module
     from recdiff.tune.__main__ import tune
 
-    monkeypatch.setattr(study, "probe_reference_s", lambda t: 30.0)
+    monkeypatch.setattr(tuning_module, "probe_reference_s", lambda t: 30.0)
     clock = [0.0]
     t = tuning(tmp_path, budget=Budget(874.0, clock=lambda: clock[0]))
     with pytest.raises(RecdiffError, match=r"cannot hold the reference's trial, the search's first trial and the "
                        r"confirmation: they need 875 s here \(the reference's trial probed at >= 30 s; the "
                        r"confirmation 4 such trials x 4.44 for the held-out slice x 1.5 margin\): give "
                        r"tune.time_budget_s=875 or more"):
-        study.check_budget(t)
-    study.check_budget(tuning(tmp_path, budget=Budget(875.0, clock=lambda: clock[0])))
+        tuning_module.check_budget(t)
+    tuning_module.check_budget(tuning(tmp_path, budget=Budget(875.0, clock=lambda: clock[0])))
     clock[0] = 10.0   # the time used counts
     with pytest.raises(RecdiffError, match="give tune.time_budget_s=885 or more"):
-        study.check_budget(tuning(tmp_path, budget=Budget(875.0, clock=lambda: clock[0], start=0.0)))
+        tuning_module.check_budget(tuning(tmp_path, budget=Budget(875.0, clock=lambda: clock[0], start=0.0)))
     measured = Measured(0, {}, 1.0, 0.97, 1.03, 1.0, 0.93, 1.0, seconds=30.0)
     with pytest.raises(RecdiffError, match=r"the search's first trial and the confirmation: they need 855 s here "
                        r"\(the reference's trial took 30 s;"):
-        study.check_budget(tuning(tmp_path, budget=Budget(854.0, clock=lambda: clock[0], start=0.0)), measured)
+        tuning_module.check_budget(tuning(tmp_path, budget=Budget(854.0, clock=lambda: clock[0], start=0.0)), measured)
     # the command: one line (exit 2 in main) before anything is measured
     argv = ["run.batch_size=1", "benchmark.limit=48", f"study.storage={tmp_path}/j.log",
             f"study.artifact_dir={tmp_path}/art", f"tune.output_dir={tmp_path}/out", f"tune.preset_dir={tmp_path}/p",

@@ -1,6 +1,7 @@
-"""The tune's studies and its search, on the study package's one path (claim → measure → record,
-:mod:`recdiff.study.record`): claims with heartbeats, a trial interrupted (Ctrl-C, SIGTERM) or whose process died
-(SIGKILL) FAIL and re-queued, so that the same command again continues the study and loses no trial.
+"""One tune under way (:class:`Tuning`): its studies and its search, on the study package's one path (claim →
+measure → record, through :mod:`recdiff.study`'s interface): claims with heartbeats, a trial interrupted (Ctrl-C,
+SIGTERM) or whose process died (SIGKILL) FAIL and re-queued, so that the same command again continues the study and
+loses no trial.
 
 - the reference (``run.reference``, static AR at r=32) on the searched slice, a grid trial of ``<name>-reference``:
   the accuracy a setting must keep;
@@ -27,19 +28,18 @@ from optuna.trial import FrozenTrial, TrialState
 
 from recdiff.errors import RecdiffError, SweepStopped
 from recdiff.schema import Config
-from recdiff.study.identity import config_hash
-from recdiff.study.record import (
+from recdiff.study import (
     claim_asked,
-    duplicate,
-    find_duplicate,
+    config_hash,
+    counts,
+    fail_stale_trials,
+    grid_trial,
+    holding,
+    make_sampler,
     measure,
     record_outcome,
-    run_claimed,
-    take,
-    tell,
+    skip_duplicate,
 )
-from recdiff.study.search import counts, make_sampler
-from recdiff.study.storage import fail_stale_trials, holding
 from recdiff.trial.deadline import TrialTimeout, deadline
 from recdiff.trial.outcome import State
 from recdiff.tune.budget import MARGIN, Budget, confirmation_s, next_trial_s
@@ -68,8 +68,7 @@ class Tuning:
 def open_tuning(tp: TunePlan, budget: Budget, threads: int) -> Tuning:
     """Check the outputs, prepare both slices, open the three studies (each refused when it holds trials measured
     otherwise); nothing loads a model here."""
-    from recdiff.study.job import open_checked_study
-    from recdiff.study.writable import check_writable_outputs
+    from recdiff.study import check_writable_outputs, open_checked_study
     from recdiff.trial import prepare
 
     out = tp.output_dir()
@@ -90,12 +89,10 @@ def measure_grid(plan: Config, study: optuna.Study, load: Callable[[], Any], out
     """The plan's configuration in its grid study: COMPLETE already, copied from another study of the storage under
     the same identity, or measured now. One that cannot complete stops the tune in one line (exit 1)."""
     attrs = {"config_hash": config_hash(plan), "identity": identity}
-    trial = take(plan, study, attrs)
+    trial = grid_trial(plan, study, load, out_dir, attrs)
     if trial is None:
         raise SweepStopped(f"study {study.study_name}: the worker of {plan.sampler.name} died more than "
                            f"study.max_retry={plan.study.max_retry} times")
-    if trial.state != TrialState.COMPLETE:
-        trial, _ = run_claimed(plan, study, trial, load, out_dir, attrs, reuse=plan.study.reuse)
     if trial.state != TrialState.COMPLETE or Measured.of(trial) is None:
         why = trial.user_attrs.get("fail_reason") or trial.user_attrs.get("prune_reason") or trial.state.name
         raise SweepStopped(f"study {study.study_name}: trial {trial.number} ({plan.sampler.name}) did not complete "
@@ -138,7 +135,7 @@ def ask(t: Tuning) -> optuna.Trial:
 
 
 def counted(study: optuna.Study) -> list[FrozenTrial]:
-    """The search's counted trials (:func:`recdiff.study.search.counts`), in order."""
+    """The search's counted trials (:func:`recdiff.study.counts`), in order."""
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED))
     return sorted((t for t in done if counts(t)), key=lambda t: t.number)
 
@@ -250,9 +247,8 @@ def search(t: Tuning, reference: Measured, floor: float, say: Say) -> str:
         attrs = {"config_hash": config_hash(trial_plan), "identity": t.identity}
         for k, v in attrs.items():   # seen by other workers' duplicate checks from now on
             trial.set_user_attr(k, v)
-        dup = find_duplicate(study, attrs["config_hash"], exclude=trial.number) if plan.study.skip_duplicates else None
+        dup = skip_duplicate(study, trial, attrs["config_hash"]) if plan.study.skip_duplicates else None
         if dup is not None:
-            tell(study, trial, duplicate(dup.number), "")
             in_a_row += 1
             if in_a_row >= plan.study.max_duplicates:
                 return f"{in_a_row} duplicate proposals in a row: the search space looks exhausted"
