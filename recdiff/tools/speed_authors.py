@@ -23,7 +23,7 @@ median over prompts of new tokens / wall-clock seconds of one call. The referenc
 with at most ``max_new_tokens``.
 
 Samplers, as the fixture's ``generate.json`` calls them, and recdiff's equivalent call (as the parity tests map
-them, see tests/core/test_*_parity.py):
+them, see tests/model/test_forward_parity.py and tests/samplers/test_*_parity.py):
 
 - ``static r=32``: ``generate_minimal(num_steps=32)`` ↔ ``sampler="static", r=32``;
 - ``adaptive ε=0.03``: ``generate_with_adaptive_compute(criterion="latent-diff", exit_threshold=0.03,
@@ -49,7 +49,7 @@ worker's path (tests/gpu/README.md).
 
 "tokens agree" compares every generated sequence of the three runs (warm-up included): recdiff's tokens (eager and
 compiled) must equal the first ``max_new_tokens`` of the reference's. On random weights a disagreement can come from
-a near-tie of two logits; on the fixture every sequence must agree (tests/core checks the same on its cases).
+a near-tie of two logits; on the fixture every sequence must agree (tests/samplers checks the same on its cases).
 """
 
 from __future__ import annotations
@@ -94,7 +94,8 @@ DIFFUSION_COMMON = dict(init_scale=0.0, state_noise_mixing=0.0, ema_embeds=0.1, 
 
 
 def diffusion_params(kw: dict[str, Any]) -> dict[str, Any]:
-    """recdiff's diffusion parameters for a reference ``generate_diffusion_style`` call (tests/core parity mapping)."""
+    """recdiff's diffusion parameters for a reference ``generate_diffusion_style`` call (the mapping of
+    tests/samplers' parity tests)."""
     fixed = kw["freeze_strategy"] == "fixed"
     r, r_inner = kw["num_steps"], kw["inner_recurrence"]
     return dict(r=r, r_inner=r_inner, freeze="fixed" if fixed else "adaptive", epsilon=kw["exit_t"],

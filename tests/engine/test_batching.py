@@ -8,7 +8,8 @@ import pytest
 
 from recdiff import generate
 from tests.conftest import RAVEN_TINY, need_fixtures, read_cases
-from tests.matrices import EVERY_SAMPLER, LIMITS, batch_prompts, ids, stop_token
+from tests.matrices import EVERY_SAMPLER, batch_prompts, ids
+from tests.sampler_checks import check_batch_equals_alone
 
 # Batch = alone is a property of the engine's bookkeeping, not of the weights: the matrix runs on raven_tiny alone
 # (the families' folders run it in tests/families/test_samplers.py). The fast tier keeps static (both caches),
@@ -19,31 +20,9 @@ ROWS = [pytest.param(s, p, marks=(pytest.mark.slow,) if i in SLOW_ROWS else ()) 
         enumerate(EVERY_SAMPLER)]
 
 
-def comparable(stats):
-    return {k: v for k, v in stats.items() if k != "kv_cache_bytes"}
-
-
 @pytest.mark.parametrize("sampler, params", ROWS, ids=ids(EVERY_SAMPLER))
 def test_batch_equals_each_prompt_alone(load_fixture_model, sampler, params):
     check_batch_equals_alone(need_fixtures(RAVEN_TINY), load_fixture_model, sampler, params)
-
-
-def check_batch_equals_alone(fixture_dir, load_fixture_model, sampler: str, params: dict) -> None:
-    model = load_fixture_model(fixture_dir)
-    prompts = batch_prompts(fixture_dir)
-    stop = stop_token(model, prompts, LIMITS, sampler, params)
-    alone = [generate(model, p, sampler, max_new_tokens=n, stop_token_ids=[stop], **params)
-             for p, n in zip(prompts, LIMITS)]
-    assert len({len(r.tokens) for r in alone}) > 2  # the sequences really end at different steps
-    assert len({r.stopped_by for r in alone}) > 1  # some stop on the token (or the step cap), others at length
-    for batch_size in (3, len(prompts)):
-        together = generate(model, prompts, sampler, max_new_tokens=LIMITS, stop_token_ids=[stop],
-                            batch_size=batch_size, **params)
-        assert isinstance(together, list) and len(together) == len(prompts)
-        for i, (one, many) in enumerate(zip(alone, together)):
-            assert many.tokens == one.tokens, (i, batch_size)
-            assert many.stopped_by == one.stopped_by, (i, batch_size)
-            assert comparable(many.stats) == comparable(one.stats), (i, batch_size)
 
 
 def test_one_prompt_returns_one_result_and_a_list_returns_a_list(load_fixture_model, fixture_dir):

@@ -10,22 +10,15 @@ import torch
 from recdiff import generate, load_model
 from tests.conftest import RAVEN_TINY
 from tests.matrices import ONE_PER_SAMPLER, prompts
+from tests.sampler_checks import check_graph_replay_alone, check_graph_replay_batched
 
 pytestmark = pytest.mark.slow
 
 
-def test_graph_replay_protocol_on_cpu(load_fixture_model, d=RAVEN_TINY):
+def test_graph_replay_protocol_on_cpu(load_fixture_model):
     """``emulate_graphs`` runs the CUDA-graph path (whole steps replayed from static buffers whose outputs the next
-    replay overwrites) on a CPU: the tokens are the eager ones (``d``: another checkpoint, as the families' tests
-    run it)."""
-    eager = load_fixture_model(d)
-    graphed = load_model(d)
-    graphed.engine_options["emulate_graphs"] = True
-    ps = prompts(d)
-    for sampler, params in ONE_PER_SAMPLER:
-        want = [generate(eager, p, sampler, max_new_tokens=10, stop_token_ids=[], **params).tokens for p in ps]
-        got = generate(graphed, ps, sampler, max_new_tokens=10, stop_token_ids=[], batch_size=3, **params)
-        assert [r.tokens for r in got] == want, sampler
+    replay overwrites) on a CPU: the tokens are the eager ones (the families' checkpoints: tests/families)."""
+    check_graph_replay_batched(RAVEN_TINY, load_fixture_model)
 
 
 def test_bfloat16_runs_every_sampler_batched_close_to_float32(load_fixture_model):
@@ -60,14 +53,8 @@ def test_graph_replay_with_state_noise_on_cpu(load_fixture_model):
     assert [r.tokens for r in got] == want
 
 
-def test_graph_replay_alone_gives_the_eager_tokens(load_fixture_model, fixture_dir=RAVEN_TINY):
+def test_graph_replay_alone_gives_the_eager_tokens(load_fixture_model):
     """Every prompt alone through the replayed graphs (a decode loop replays one graph over and over, its input
     buffers the same tensors with the next positions in them): the eager tokens, for every sampler (on raven_tiny;
     the families' folders in tests/families/test_samplers.py)."""
-    eager = load_fixture_model(fixture_dir)
-    graphed = load_model(fixture_dir)
-    graphed.engine_options["emulate_graphs"] = True
-    for sampler, params in ONE_PER_SAMPLER:
-        for p in prompts(fixture_dir):
-            kw = dict(max_new_tokens=10, stop_token_ids=[], **params)
-            assert generate(graphed, p, sampler, **kw).tokens == generate(eager, p, sampler, **kw).tokens, sampler
+    check_graph_replay_alone(RAVEN_TINY, load_fixture_model)

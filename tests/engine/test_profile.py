@@ -146,7 +146,7 @@ def test_every_diffusion_step_reads_the_host_once(load_fixture_model):
 
 
 def test_a_stop_string_is_checked_without_another_read():
-    from tests.core.closed_form import ClosedForm
+    from tests.closed_form import ClosedForm
 
     model = ClosedForm(a=0.5, script="xxx" + "ab\n\ncdefgh")
     with profiling(STEP_CLASSES) as prof:

@@ -1,7 +1,7 @@
 """Every sampler on the retrofitted families, tested by the properties that hold for Huginn (the reference runs no
 adaptive, continuous-compute or diffusion generation on them: tests/fixtures/retro_tiny/README.md): a batch gives
-each prompt what it gives alone (tests/matrices.py's EVERY_SAMPLER), replayed graphs give the eager tokens
-(tests/engine/test_gpu_path_on_cpu.py's), the diffusion sampler's closed-form reductions (tests/core/test_sampling.py),
+each prompt what it gives alone (tests/matrices.py's EVERY_SAMPLER), replayed graphs give the eager tokens, the
+diffusion sampler's closed-form reductions (the checks of tests/sampler_checks.py that raven_tiny's tests run too),
 and statistics that add up; on one checkpoint per family whose recurrence converges (``converging`` in conftest.py).
 The shared cache holds r times less core K/V than per-step caches."""
 
@@ -13,11 +13,15 @@ import pytest
 
 from recdiff import generate
 from recdiff.cache import SlotKV
-from tests.core import test_sampling as reductions
-from tests.engine import test_batching as batching
-from tests.engine import test_gpu_path_on_cpu as graphs
 from tests.families.conftest import one_per_family
 from tests.matrices import EVERY_SAMPLER, ids
+from tests.sampler_checks import (
+    check_batch_equals_alone,
+    check_fixed_freeze_with_r_inner_r_is_static_ar,
+    check_graph_replay_alone,
+    check_graph_replay_batched,
+    check_wavefront_one_is_adaptive_ar,
+)
 
 
 @pytest.fixture
@@ -33,25 +37,25 @@ ROWS = [pytest.param(s, p, marks=() if i in FAST_ROWS else (pytest.mark.slow,)) 
 
 @pytest.mark.parametrize("sampler, params", ROWS, ids=ids(EVERY_SAMPLER))
 def test_batch_equals_each_prompt_alone(d, load_fixture_model, sampler, params):
-    batching.check_batch_equals_alone(d, load_fixture_model, sampler, params)
+    check_batch_equals_alone(d, load_fixture_model, sampler, params)
 
 
 @pytest.mark.slow
 def test_graph_replay_alone_gives_the_eager_tokens(d, load_fixture_model):
-    graphs.test_graph_replay_alone_gives_the_eager_tokens(load_fixture_model, d)
+    check_graph_replay_alone(d, load_fixture_model)
 
 
 @pytest.mark.slow
 def test_graph_replay_batched_gives_the_eager_tokens(d, load_fixture_model):
-    graphs.test_graph_replay_protocol_on_cpu(load_fixture_model, d)
+    check_graph_replay_batched(d, load_fixture_model)
 
 
 def test_fixed_freeze_with_r_inner_equal_r_is_static_ar(d, load_fixture_model):
-    reductions.test_fixed_freeze_with_r_inner_equal_r_is_static_ar(d, load_fixture_model)
+    check_fixed_freeze_with_r_inner_r_is_static_ar(d, load_fixture_model)
 
 
 def test_adaptive_with_wavefront_one_is_adaptive_compute_ar(d, load_fixture_model):
-    reductions.test_adaptive_with_wavefront_one_is_adaptive_compute_ar(d, load_fixture_model, 0.03)
+    check_wavefront_one_is_adaptive_ar(d, load_fixture_model, 0.03)
 
 
 def test_statistics_add_up(d, load_fixture_model):

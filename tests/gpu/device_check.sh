@@ -54,5 +54,5 @@ step bench-rest && run bench-rest ${BENCH_REST_S:-40} python3 -m recdiff.bench -
 step profile && python3 -m recdiff.bench --help 2>/dev/null | grep -q -- --profile && run profile ${PROFILE_S:-60} python3 -m \
   recdiff.bench --models huginn --device cuda --prompts 2 --max-new-tokens 16 --profile \
   --samplers "static r=32,diffusion defaults"
-step cpu-tests && run cpu-tests ${CPU_TESTS_S:-100} $PYTEST tests/engine tests/core -rfE
+step cpu-tests && run cpu-tests ${CPU_TESTS_S:-100} $PYTEST tests/engine tests/model tests/base tests/samplers/test_ar_parity.py tests/samplers/test_diffusion_parity.py tests/samplers/test_diffusion_by_hand.py tests/samplers/test_sampling.py -rfE
 cat "$OUT/summary.txt"

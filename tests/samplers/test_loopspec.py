@@ -22,7 +22,7 @@ import torch
 
 from recdiff import RecdiffError, generate, load_model
 from tests.conftest import FIXTURE_DIRS, read_cases
-from tests.core.closed_form import ClosedForm
+from tests.closed_form import ClosedForm
 from tests.families.conftest import RETRO_DIRS
 
 FULL = {"full", None}  # the reference's per-step ("full") cache; the retrofits' cases name none (it is their default)

@@ -1,4 +1,4 @@
-"""The diffusion sampler on a closed-form model (tests/core/closed_form.py), against expectations computed here from
+"""The diffusion sampler on a closed-form model (tests/closed_form.py), against expectations computed here from
 the paper's formulas: what the reference fixtures do not cover (β schedules other than dampened, α > 0 on new
 states, momentum on new states, continuous compute, headway > 1, stop strings) and the two freeze rules.
 
@@ -13,7 +13,7 @@ import math
 import pytest
 
 from recdiff import generate
-from tests.core.closed_form import ClosedForm, token
+from tests.closed_form import ClosedForm, token
 
 PROMPT = [1, 2, 3]
 L = len(PROMPT)

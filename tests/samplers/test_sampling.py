@@ -11,6 +11,7 @@ import torch
 from recdiff import DiffusionTrace, generate, load_model
 from recdiff.model import relative_change
 from tests.conftest import RAVEN_TINY
+from tests.sampler_checks import check_fixed_freeze_with_r_inner_r_is_static_ar, check_wavefront_one_is_adaptive_ar
 
 
 def _prompts(d):
@@ -18,24 +19,12 @@ def _prompts(d):
 
 
 def test_fixed_freeze_with_r_inner_equal_r_is_static_ar(fixture_dir, load_fixture_model):
-    model = load_fixture_model(fixture_dir)
-    for prompt in _prompts(fixture_dir):
-        for r in (4, 8):
-            static = generate(model, prompt, "static", max_new_tokens=12, r=r)
-            diff = generate(model, prompt, "diffusion", max_new_tokens=12, r=r, r_inner=r, freeze="fixed", eta=0.0)
-            assert diff.tokens == static.tokens
-            assert diff.stats["core_passes"] == static.stats["core_passes"]
+    check_fixed_freeze_with_r_inner_r_is_static_ar(fixture_dir, load_fixture_model)
 
 
 @pytest.mark.parametrize("epsilon", [pytest.param(e, marks=pytest.mark.slow) for e in (0.03, 0.01)])
 def test_adaptive_with_wavefront_one_is_adaptive_compute_ar(fixture_dir, load_fixture_model, epsilon):
-    model = load_fixture_model(fixture_dir)
-    for prompt in _prompts(fixture_dir):
-        ar = generate(model, prompt, "adaptive", max_new_tokens=12, r=32, epsilon=epsilon, exit_in_prefill=False)
-        diff = generate(model, prompt, "diffusion", max_new_tokens=12, r=32, r_inner=1, wavefront=1, eta=0.0,
-                        epsilon=epsilon, r_freeze=32)
-        assert diff.tokens == ar.tokens
-        assert diff.stats["core_passes"] == ar.stats["core_passes"]  # the same exits, recurrence for recurrence
+    check_wavefront_one_is_adaptive_ar(fixture_dir, load_fixture_model, epsilon)
 
 
 def _contractive(d):
