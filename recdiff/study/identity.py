@@ -48,7 +48,7 @@ STUDY_WIDE = ("model.", "run.temperature", "run.top_p", "run.reference", "run.ti
 VOLATILE_KEYS = ("study", "worker", "run.progress", "run.repeats", "run.reference", "run.timing_threads",
                  "run.timing_batch", "sampler.preset")
 # Keys hashed at these values though the config no longer has them, so that trials recorded before they left still
-# match their configuration: run.inject_fault, a test hook that left the schema (tests/sweep/faults.py).
+# match their configuration: run.inject_fault, a test hook that left the schema (tests/faults.py).
 HASHED_AS_BEFORE = {"run": {"inject_fault": None}}
 # Keys hashed only when set: added after trials were recorded, they are left out at their default so that those trials
 # keep their hash. model.family: a checkpoint's family is recognised unless named; sampler.exit_threshold and

@@ -10,7 +10,7 @@
 (the 6 baselines, LoopSpec's among them, and 2 grid trials). ``data/report-<commit>-<study>/`` hold the tables that
 ``python -m analysis report`` wrote from each journal with the code of e1a58b8, without the per-sample files (as
 here: the journal's trials point at /tmp/fx, which the tests do not have). The journal of b3d7e8b is the one of
-``tests/sweep/test_old_journal.py`` (before the typed plan and paired timing).
+``tests/study/test_old_journal.py`` (before the typed plan and paired timing).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from analysis.__main__ import main
 DATA = Path(__file__).parent / "data"
 JOURNALS = [
     (DATA / "journal-e1a58b8.log", "current", DATA / "report-e1a58b8-current"),
-    (DATA.parents[1] / "sweep" / "data" / "journal-b3d7e8b.log", "old", DATA / "report-b3d7e8b-old"),
-    (DATA.parents[1] / "sweep" / "data" / "journal-b3d7e8b.log", "old-search", DATA / "report-b3d7e8b-old-search"),
+    (DATA.parents[1] / "study" / "data" / "journal-b3d7e8b.log", "old", DATA / "report-b3d7e8b-old"),
+    (DATA.parents[1] / "study" / "data" / "journal-b3d7e8b.log", "old-search", DATA / "report-b3d7e8b-old-search"),
 ]
 
 

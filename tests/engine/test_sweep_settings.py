@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.sweep.conftest import TINY, load, run_sweep
+from tests.sweep_helpers import TINY, load, run_sweep
 
 pytestmark = pytest.mark.slow
 

@@ -90,10 +90,10 @@ def test_lm_eval_decodes_with_a_family_model(tmp_path):
 
 def test_a_named_family_is_part_of_the_identity_and_the_hash():
     """Left at null (recognised), model.family changes neither: the hashes of trials recorded before it existed
-    still match (tests/sweep/test_old_journal.py)."""
+    still match (tests/study/test_old_journal.py)."""
     from recdiff import RecdiffError
     from recdiff.study.identity import config_hash, identity_from_config
-    from tests.sweep.conftest import compose_plan
+    from tests.sweep_helpers import compose_plan
 
     base, named = compose_plan(["model=fixture"]), compose_plan(["model=fixture", "model.family=huginn"])
     assert config_hash(base) != config_hash(named)
@@ -109,7 +109,7 @@ def test_each_published_checkpoint_entry_runs_offline_from_a_folder(entry):
     the folder fits the entry's family and loads; nothing is downloaded."""
     from recdiff import RecdiffError
     from recdiff.trial.workload import prepare
-    from tests.sweep.conftest import compose_plan
+    from tests.sweep_helpers import compose_plan
 
     plan = compose_plan([f"model={entry}", "benchmark=arith", "benchmark.limit=1"])
     assert plan.model.path.startswith("smcleish/Recurrent-") and plan.model.family in ("retro_llama", "retro_olmo")

@@ -15,7 +15,7 @@ from recdiff.benchmarks.arith import generate_split
 from recdiff.benchmarks.gsm8k import flexible_extract, is_match
 from recdiff.errors import RecdiffError
 from tests.lm_eval.conftest import write_jsonl
-from tests.sweep.conftest import compose_cfg, load, run_sweep
+from tests.sweep_helpers import compose_cfg, load, run_sweep
 
 pytestmark = pytest.mark.slow
 

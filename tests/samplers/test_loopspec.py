@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from recdiff import RecdiffError, generate, load_model
-from tests.conftest import FIXTURE_DIRS, read_cases
 from tests.closed_form import ClosedForm
+from tests.conftest import FIXTURE_DIRS, read_cases
 from tests.families.conftest import RETRO_DIRS
 
 FULL = {"full", None}  # the reference's per-step ("full") cache; the retrofits' cases name none (it is their default)
@@ -186,7 +186,7 @@ def test_sampled_continuations_have_static_ars_law(tmp_path):
 
 def test_loopspec_composes_in_a_sweep():
     from recdiff.schema import make_plan
-    from tests.sweep.conftest import compose_cfg
+    from tests.sweep_helpers import compose_cfg
 
     plan = make_plan(compose_cfg(["sampler=loopspec", "sampler.r_draft=2", "sampler.r_draft2=4", "sampler.r=16"]))
     assert plan.sampler.params() == {"r": 16, "r_draft": 2, "r_draft2": 4, "init_scale": 0.0, "kv_cache": "per_step"}

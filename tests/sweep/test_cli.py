@@ -12,8 +12,19 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState
 
-from .conftest import CONF, EMBEDDED, REPO, SHARED, TINY, compose_cfg, load, popen_sweep, requires_fixture, run_sweep
-from .faults import fault_args
+from tests.faults import fault_args
+from tests.sweep_helpers import (
+    CONF,
+    EMBEDDED,
+    REPO,
+    SHARED,
+    TINY,
+    compose_cfg,
+    load,
+    popen_sweep,
+    requires_fixture,
+    run_sweep,
+)
 
 # The README's main command, shrunk to a slice 2 CPU cores run in seconds. On the embedded model when it is
 # there; before that on the fixture checkpoint (random weights: r=8 keeps each trial short).

@@ -11,9 +11,8 @@ import pytest
 from optuna.trial import TrialState
 
 from recdiff.errors import RecdiffError
-
-from .conftest import TINY, compose_plan, load, requires_fixture, run_sweep
-from .faults import fault_args
+from tests.faults import fault_args
+from tests.sweep_helpers import TINY, compose_plan, load, requires_fixture, run_sweep
 
 
 def recorded(storage: Path) -> int:

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from .conftest import REPO
+from tests.sweep_helpers import REPO
 
 pytestmark = pytest.mark.slow
 

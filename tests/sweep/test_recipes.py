@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from recdiff.tools.paper import SWEEPS, Recipe
-from tests.sweep.conftest import compose_plan
+from tests.sweep_helpers import compose_plan
 
 # recipes by name; each is composed (about 0.4 s) by the test that needs it, not while every worker collects
 NAMES = sorted(p.stem for p in SWEEPS.glob("*.yaml"))

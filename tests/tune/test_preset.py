@@ -25,7 +25,7 @@ from recdiff.params import DiffusionParams, LoopSpecParams, Provenance
 from recdiff.presets import PresetWarning, load_preset, mismatch, read_preset, settings, write_preset
 from recdiff.schema import make_plan
 from recdiff.study.identity import config_hash
-from tests.sweep.conftest import requires_fixture
+from tests.sweep_helpers import requires_fixture
 
 REPO = Path(__file__).resolve().parents[2]
 SEARCHED = ["r_inner", "beta", "beta_schedule", "eta", "epsilon", "wavefront", "headway", "init_scale"]
@@ -214,7 +214,7 @@ def test_load_preset_with_a_model_warns_when_it_runs_elsewhere(tmp_path):
 @pytest.mark.slow
 @requires_fixture
 def test_a_sweep_with_a_preset_tuned_elsewhere_warns_in_one_line(tmp_path):
-    from tests.sweep.conftest import TINY, run_sweep
+    from tests.sweep_helpers import TINY, run_sweep
 
     tuned_dir = REPO / "conf" / "sampler" / "tuned"
     path = tuned_dir / f"test-elsewhere-{tmp_path.name}.yaml"

@@ -9,7 +9,7 @@ import pytest
 import recdiff
 from recdiff.errors import RecdiffError
 from recdiff.study.identity import config_hash, conflict, identity_from_config, key
-from tests.sweep.conftest import compose_plan, requires_fixture
+from tests.sweep_helpers import compose_plan, requires_fixture
 
 
 def ident(*overrides: str) -> dict:

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 from optuna.trial import TrialState
 
-from .conftest import load, requires_fixture, run_sweep
+from tests.sweep_helpers import load, requires_fixture, run_sweep
 
 pytestmark = pytest.mark.slow
 

@@ -18,9 +18,8 @@ from recdiff.study.connect import open_storage, open_study
 from recdiff.study.search import count_trials, make_sampler
 from recdiff.study.storage import HeartbeatJournalStorage, fail_stale_trials, record_heartbeat
 from recdiff.trial import TrialTimeout
-
-from .conftest import compose_plan
-from .fakes import fake_run_trial, grid_trial, search
+from tests.study.fakes import fake_run_trial, grid_trial, search
+from tests.sweep_helpers import compose_plan
 
 
 def search_plan(tmp_path: Path, *extra: str):

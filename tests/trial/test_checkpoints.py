@@ -9,8 +9,7 @@ import pytest
 import recdiff
 from recdiff.errors import RecdiffError
 from recdiff.trial import check_tokenizer
-
-from .conftest import EMBEDDED, FIXTURE, TINY, requires_fixture, run_sweep
+from tests.sweep_helpers import EMBEDDED, FIXTURE, TINY, requires_fixture, run_sweep
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState
 
-from .conftest import TINY, load, popen_sweep, requires_fixture
+from tests.sweep_helpers import TINY, load, popen_sweep, requires_fixture
 
 pytestmark = pytest.mark.slow
 

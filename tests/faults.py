@@ -130,6 +130,6 @@ def fault_args(*faults: str | None, jobs: bool = True) -> list[str]:
     as faults: ``-m worker=0,1,...`` runs the same configuration once per value (``worker`` is not part of it);
     without, the sweep's own jobs take them in turn."""
     listed = ",".join("null" if f is None else f for f in faults)
-    args = ["+hydra.callbacks.inject_fault._target_=tests.sweep.faults.InjectFault",
+    args = ["+hydra.callbacks.inject_fault._target_=tests.faults.InjectFault",
             f"+hydra.callbacks.inject_fault.faults=[{listed}]"]
     return args + ([f"worker={','.join(map(str, range(len(faults))))}"] if jobs and len(faults) > 1 else [])

@@ -18,9 +18,7 @@ from recdiff.study.record import claim_asked, claim_trial, tell
 from recdiff.study.storage import CLAIM_ATTR, fail_stale_trials, finish_claim, holding, storage_of
 from recdiff.trial import Outcome, State
 from recdiff.trial.measure import TrialResult
-
-from .test_claims import FakeClock, grid_plan, open_
-from .test_study import fake_run_trial, grid_trial
+from tests.study.fakes import FakeClock, fake_run_trial, grid_plan, grid_trial, open_
 
 DROPPED = ("trial 0: this worker's claim was taken over while it was away (stopped, or cut off from the storage, for "
            "longer than study.grace_period): the trial is FAIL (worker died (no heartbeat within the grace period)); "

@@ -15,9 +15,7 @@ from optuna.trial import TrialState
 
 from recdiff.tools.soak.schedule import KINDS
 from recdiff.tools.soak.verdict import MEASURED, grid_points
-
-from .conftest import REPO, load
-from .test_scale import exactly_once
+from tests.sweep_helpers import REPO, exactly_once, load
 
 pytestmark = pytest.mark.slow
 

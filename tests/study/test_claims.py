@@ -10,7 +10,6 @@ import json
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import optuna
 import pytest
@@ -18,42 +17,12 @@ from optuna.trial import TrialState
 
 import recdiff.study.record as study_record
 import recdiff.study.results as study_results
-import recdiff.study.storage as study_storage
 import recdiff.trial
 from recdiff.study import claimant
-from recdiff.study.connect import open_storage, open_study
 from recdiff.study.identity import config_hash
 from recdiff.study.record import claim_trial, tell
 from recdiff.study.storage import CLAIMANT_ATTR, fail_stale_trials, storage_of
-
-from .conftest import compose_plan
-from .fakes import fake_run_trial, grid_trial
-
-
-def grid_plan(tmp_path: Path, *extra: str):
-    return compose_plan([f"study.storage={tmp_path}/j.log", f"study.artifact_dir={tmp_path}/art", "study.name=c",
-                         "sampler.r_inner=2", "study.heartbeat_interval=1", "study.grace_period=2", *extra])
-
-
-def open_(plan):
-    s = plan.study
-    return open_study(s, open_storage(s.storage, s.heartbeat_interval, s.grace_period, s.max_retry))
-
-
-class FakeClock:
-    """The heartbeats' clock; a job that waits advances it instead of sleeping (``then`` runs at each wait)."""
-
-    def __init__(self, monkeypatch, then=None) -> None:
-        self.now, self.waits, self.then = 1_000_000.0, [], then
-        monkeypatch.setattr(study_storage, "clock", lambda: self.now)
-        monkeypatch.setattr(study_record, "sleep", self.sleep)
-
-    def sleep(self, seconds: float) -> None:
-        self.waits.append(seconds)
-        assert len(self.waits) < 100, "waited forever"
-        self.now += seconds
-        if self.then is not None:
-            self.then()
+from tests.study.fakes import FakeClock, fake_run_trial, grid_plan, grid_trial, open_
 
 
 def claimed_elsewhere(study, plan):

@@ -14,8 +14,7 @@ from optuna.trial import TrialState
 from recdiff.errors import RecdiffError
 from recdiff.study import open_storage
 from recdiff.study.journal import repair
-
-from .conftest import REPO, requires_fixture, run_sweep
+from tests.sweep_helpers import REPO, requires_fixture, run_sweep
 
 FRAGMENT = b'{"op_code":5,"worker_id":"dead-beef","trial_id":0,"st'   # a record cut mid-write
 

@@ -11,7 +11,7 @@ import pytest
 
 import recdiff
 from recdiff.trial.readouts import readout_attrs, verifications
-from tests.sweep.conftest import compose_plan, requires_fixture
+from tests.sweep_helpers import compose_plan, requires_fixture
 
 
 def stats(accepted: list[int], q1, q2, new_tokens: int, sequential: float, lanes: int) -> dict:

@@ -23,8 +23,7 @@ from optuna.trial import TrialState
 
 from recdiff.study.baselines import BASELINES, baseline_plan
 from recdiff.study.identity import config_hash
-
-from .conftest import EMBEDDED, compose_plan, load, run_sweep
+from tests.sweep_helpers import EMBEDDED, compose_plan, load, run_sweep
 
 JOURNAL = Path(__file__).parent / "data" / "journal-b3d7e8b.log"
 ARGS = ["benchmark.limit=2", "run.max_new_tokens=4", "run.speed_samples=1", "run.warmup=0", "run.threads=1",

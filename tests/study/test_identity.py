@@ -14,9 +14,8 @@ from recdiff.errors import RecdiffError
 from recdiff.study.connect import open_storage, open_study
 from recdiff.study.grid import run_grid_trial
 from recdiff.study.identity import check_identity, conflict, identity_from_config, trial_identity, weights_digest
-
-from .conftest import FIXTURE, TINY, compose_cfg, compose_plan, load, requires_fixture, run_sweep
-from .fakes import FakeWork, fake_run_trial
+from tests.study.fakes import FakeWork, fake_run_trial
+from tests.sweep_helpers import FIXTURE, TINY, compose_cfg, compose_plan, load, requires_fixture, run_sweep
 
 
 def ident(*overrides: str, weights: str | None = "w1") -> dict:

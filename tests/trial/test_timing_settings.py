@@ -9,8 +9,7 @@ import pytest
 
 from recdiff.errors import RecdiffError
 from recdiff.study.identity import config_hash, conflict, identity_from_config, key
-
-from .conftest import compose_plan
+from tests.sweep_helpers import compose_plan
 
 
 def ident(*overrides: str) -> dict:

@@ -12,10 +12,9 @@ import pytest
 from optuna.trial import TrialState
 
 from recdiff.study.journal import find_damage
-
-from .conftest import TINY, exactly_once, load, requires_fixture, run_sweep
-from .faults import fault_args, fill_disk
-from .postgres import Postgres
+from tests.faults import fault_args, fill_disk
+from tests.postgres import Postgres
+from tests.sweep_helpers import TINY, exactly_once, load, one_line, requires_fixture, run_sweep
 
 pytestmark = pytest.mark.slow
 
@@ -24,13 +23,6 @@ GRID = ["-m", "sampler=static", *TINY, "study.reuse=false", "study.heartbeat_int
 
 def db_env(server: Postgres) -> dict[str, str]:
     return {"RECDIFF_FAULT_DB_STOP": server.stop_cmd, "RECDIFF_FAULT_DB_START": server.start_cmd}
-
-
-def one_line(proc: subprocess.CompletedProcess) -> str:
-    """The sweep's stderr, which must be one line and no traceback."""
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr[-3000:]
-    return lines[0]
 
 
 @pytest.mark.slow
@@ -71,7 +63,7 @@ def test_a_database_gone_for_longer_than_the_grace_period_stops_the_sweep_in_one
 
 class SmallDisk:
     """A filesystem a test can fill: a 4 MiB tmpfs (root); where none can be mounted (or RECDIFF_TEST_NO_MOUNT is
-    set), a folder whose file is capped by a file-size limit (``fill_disk`` in tests/sweep/faults.py)."""
+    set), a folder whose file is capped by a file-size limit (``fill_disk`` in tests/faults.py)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path

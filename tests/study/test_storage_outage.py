@@ -10,8 +10,7 @@ import time
 import pytest
 from optuna.trial import TrialState
 
-from .conftest import TINY, load, popen_sweep, requires_fixture, run_sweep
-from .test_outages import one_line
+from tests.sweep_helpers import TINY, load, one_line, popen_sweep, requires_fixture, run_sweep
 
 pytestmark = pytest.mark.slow
 

@@ -12,9 +12,8 @@ import pytest
 from optuna.trial import TrialState
 
 from recdiff.study.resources import cores, local_workers, thread_budget
-
-from .conftest import TINY, exactly_once, load, requires_fixture, run_sweep
-from .faults import fault_args
+from tests.faults import fault_args
+from tests.sweep_helpers import TINY, exactly_once, load, requires_fixture, run_sweep
 
 pytestmark = pytest.mark.slow
 

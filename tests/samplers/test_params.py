@@ -13,8 +13,7 @@ from recdiff.errors import RecdiffError
 from recdiff.params import SAMPLER_PARAMS, declarations, default_space
 from recdiff.study.identity import config_hash
 from recdiff.tools import sampler_docs
-
-from .conftest import compose_cfg, compose_plan
+from tests.sweep_helpers import compose_cfg, compose_plan
 
 
 def test_the_docs_tables_are_generated_from_the_declarations():

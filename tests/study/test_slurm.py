@@ -1,4 +1,4 @@
-"""``hydra/launcher=slurm`` for real: a one-node SLURM cluster on this machine (tests/sweep/slurm_cluster.py), a grid
+"""``hydra/launcher=slurm`` for real: a one-node SLURM cluster on this machine (tests/study/slurm_cluster.py), a grid
 sweep submitted through Hydra's submitit launcher, and the failure semantics of docs/sweeps.md when a job is cancelled.
 
 The cluster's tests are skipped, with the reason, only where slurmctld cannot start: without root.
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState
 
-from .conftest import REPO, load, popen_sweep, run_sweep
-from .slurm_cluster import Cluster, ensure_installed, unavailable
+from tests.study.slurm_cluster import Cluster, ensure_installed, unavailable
+from tests.sweep_helpers import REPO, load, popen_sweep, run_sweep
 
 pytestmark = pytest.mark.slow
 

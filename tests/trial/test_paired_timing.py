@@ -4,15 +4,15 @@ run.reference and run.timing_threads enter the configuration's hash and the stud
 line, are tested without a sweep in test_timing_settings.py (fast tier).
 
 The attributes every COMPLETE trial records, and the reference's own speed-up of 1, are checked on a real sweep with
-its baselines in tests/sweep/test_baselines.py."""
+its baselines in tests/study/test_baselines.py."""
 
 from __future__ import annotations
 
 import pytest
 from optuna.trial import TrialState
 
-from .conftest import TINY, load, requires_fixture, run_sweep
-from .faults import fault_args
+from tests.faults import fault_args
+from tests.sweep_helpers import TINY, load, requires_fixture, run_sweep
 
 pytestmark = pytest.mark.slow
 
