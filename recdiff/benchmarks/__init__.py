@@ -1,4 +1,6 @@
-"""Benchmarks: loading, prompting and scoring (see ``README.md`` in this folder).
+"""Benchmarks, the evaluation tasks a trial measures accuracy on: loading, prompting and scoring (see ``README.md`` in
+this folder). The name is the concept's everywhere (the Hydra group ``conf/benchmark/``, the ``benchmark.*`` keys, the
+study identity's ``benchmark`` part); the speed benches are :mod:`recdiff.tools.speed` (``python -m recdiff.bench``).
 
 ```python
 bench = get_benchmark("gsm8k", limit=50, seed=0)
