@@ -75,3 +75,40 @@ class Models:
         if key not in self.cache:
             self.cache[key] = load(d, device, dtype, compile)
         return self.cache[key]
+
+
+def check_graphs_match_eager(fixture_dir: Path, models: Any, sampler: str, params: dict) -> None:
+    """CUDA graphs give the eager tokens and statistics, alone and batched (``models``: the suite's cached loader;
+    shared by raven_tiny's test and the families')."""
+    from recdiff import generate
+    from tests.matrices import prompts
+
+    eager, graphs = models(fixture_dir, "cuda"), models(fixture_dir, "cuda", compile=True)
+    ps = prompts(fixture_dir)
+    kw = dict(max_new_tokens=10, stop_token_ids=[], **params)
+    for batch_size in (1, len(ps)):
+        want = generate(eager, ps, sampler, batch_size=batch_size, **kw)
+        got = generate(graphs, ps, sampler, batch_size=batch_size, **kw)
+        check_same(eager, ps, want, got, params["r"], f"{fixture_dir.name} {sampler} {params}: graphs against "
+                                                      f"eager, B={batch_size}")
+
+
+def check_batch_equals_alone_on_cuda(fixture_dir: Path, models: Any, sampler: str, params: dict,
+                                     compile: bool) -> None:
+    """A batch gives every prompt what it gives alone, on CUDA, eager or replayed from graphs (shared by raven_tiny's
+    test and the families')."""
+    from recdiff import generate
+    from tests.matrices import LIMITS, batch_prompts, stop_token
+
+    model = models(fixture_dir, "cuda", compile=compile)
+    prompts = batch_prompts(fixture_dir)
+    stop = stop_token(model, prompts, LIMITS, sampler, params)
+    alone = [generate(model, p, sampler, max_new_tokens=n, stop_token_ids=[stop], **params)
+             for p, n in zip(prompts, LIMITS)]
+    assert len({len(r.tokens) for r in alone}) > 2  # the sequences really end at different steps
+    for batch_size in (3, len(prompts)):
+        together = generate(model, prompts, sampler, max_new_tokens=LIMITS, stop_token_ids=[stop],
+                            batch_size=batch_size, **params)
+        check_same(model, prompts, alone, together, params["r"],
+                   f"{fixture_dir.name} {sampler} {params} {'graphs' if compile else 'eager'}: B={batch_size} "
+                   "against alone")

@@ -10,7 +10,7 @@ import torch
 from recdiff import generate, warm_up
 from recdiff.engine import graphs
 from tests.conftest import RAVEN_TINY, need_fixtures
-from tests.gpu.common import EMULATE, check_same, load, needs_cuda
+from tests.gpu.common import EMULATE, check_graphs_match_eager, load, needs_cuda
 from tests.matrices import EVERY_SAMPLER, ONE_PER_SAMPLER, ids, prompts
 
 pytestmark = needs_cuda
@@ -18,14 +18,7 @@ pytestmark = needs_cuda
 
 @pytest.mark.parametrize("sampler, params", EVERY_SAMPLER, ids=ids(EVERY_SAMPLER))
 def test_graphs_give_the_eager_tokens_and_stats(fixture_dir, models, sampler, params):
-    eager, graphs = models(fixture_dir, "cuda"), models(fixture_dir, "cuda", compile=True)
-    ps = prompts(fixture_dir)
-    kw = dict(max_new_tokens=10, stop_token_ids=[], **params)
-    for batch_size in (1, len(ps)):
-        want = generate(eager, ps, sampler, batch_size=batch_size, **kw)
-        got = generate(graphs, ps, sampler, batch_size=batch_size, **kw)
-        check_same(eager, ps, want, got, params["r"], f"{fixture_dir.name} {sampler} {params}: graphs against "
-                                                      f"eager, B={batch_size}")
+    check_graphs_match_eager(fixture_dir, models, sampler, params)
 
 
 @pytest.fixture()

@@ -17,9 +17,7 @@ from recdiff.model import RecurrentDepthModel
 from recdiff.model_config import RecurrentConfig
 from recdiff.tools.speed import SHAPES
 from tests.families.conftest import converging_copies, one_per_family
-from tests.gpu import test_batching as batching
-from tests.gpu import test_cuda_graphs as graphs
-from tests.gpu.common import EMULATE, needs_cuda
+from tests.gpu.common import EMULATE, check_batch_equals_alone_on_cuda, check_graphs_match_eager, needs_cuda
 from tests.gpu.test_huginn import NEW, SAMPLERS, SLACK
 from tests.matrices import EVERY_SAMPLER, ONE_PER_SAMPLER, ids, prompts
 from tests.meta_memory import predicted_bytes
@@ -44,14 +42,14 @@ def converging(tmp_path_factory):
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("sampler, params", EVERY_SAMPLER, ids=ids(EVERY_SAMPLER))
 def test_graphs_give_the_eager_tokens_and_stats(converging, models, name, sampler, params):
-    graphs.test_graphs_give_the_eager_tokens_and_stats(converging[name], models, sampler, params)
+    check_graphs_match_eager(converging[name], models, sampler, params)
 
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("compile", [False, True], ids=["eager", "graphs"])
 @pytest.mark.parametrize("sampler, params", ONE_PER_SAMPLER, ids=[s for s, _ in ONE_PER_SAMPLER])
 def test_batch_equals_each_prompt_alone(converging, models, name, sampler, params, compile):
-    batching.test_batch_equals_each_prompt_alone_on_cuda(converging[name], models, sampler, params, compile)
+    check_batch_equals_alone_on_cuda(converging[name], models, sampler, params, compile)
 
 
 @pytest.mark.parametrize("name", NAMES)
