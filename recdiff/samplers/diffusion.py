@@ -107,6 +107,8 @@ class DiffusionBatch:
         self.host: list[SlotRecord | None] = [None] * B
         self.rows = torch.arange(self.window + 1, device=dev)
         self._grown_rows: dict[int, Tensor] = {}  # T → advance's rows_g (0 … Tg-1)
+        self._steps: dict[int, Step] = {}  # keys → the model step
+        self._advance_steps = {traced: Step(advance, (rule, traced)) for traced in (False, True)}
 
     def check(self, index: int | None, prompt_len: int, max_new_tokens: int) -> None:
         check_fits(self.m, prompt_len, prompt_len + max_new_tokens + 1, index)
@@ -244,7 +246,10 @@ class DiffusionBatch:
         run = self.runner
         rows = run.row_grid(T)  # the runner's: a graph that reads it outlives this batch
         outs = run.outputs("diffusion", self._output_shapes, T)
-        z, logits, *e = run.step(Step(model_step, (self.rule, keys)), rows, self.seq, ptr,
+        st = self._steps.get(keys)
+        if st is None:  # made once per key count: a step's key walks every parameter
+            st = self._steps[keys] = Step(model_step, (self.rule, keys))
+        z, logits, *e = run.step(st, rows, self.seq, ptr,
                                     *run.leading(self._model_window, T), *mix, fixed=2, into=outs)
         return z, e[0] if e else None, logits
 
@@ -259,7 +264,7 @@ class DiffusionBatch:
             rows_g = self._grown_rows[T] = self.rows[:Tg][None]  # a dense view, once per width
         outs = (z, logits, *([e] if e is not None else []))
         sig = (extra[-1].shape[1] == 1,) if self.rule.noise else ()
-        return self.runner.step(Step(advance, (self.rule, self._traced > 0)), *self._state, *outs, ptr, rows_g,
+        return self.runner.step(self._advance_steps[self._traced > 0], *self._state, *outs, ptr, rows_g,
                                    *extra, model=False, fixed=len(self._state) + len(outs), sig=sig,
                                    static=self._advance_static)
 
