@@ -71,7 +71,6 @@ class DiffusionBatch:
         self.r, self.r_inner, self.headway, self.wavefront = p.r, p.r_inner, p.headway, p.wavefront
         self.init_scale = p.init_scale
         self.rule = rule = Rule(p, greedy=opts.select.greedy, tokens=bool(opts.stop.ids or opts.stop.strings))
-        self.r_freeze = rule.r_freeze
         self.window = self.wavefront + self.headway  # window rows: the widest wavefront plus one step's growth
         # padded wavefront rows reach up to `window` positions past the furthest front
         self.kv_shape = (cache_length(m, self.window + 1), 1)  # what this call asks of the cache (its stats)
