@@ -316,7 +316,11 @@ def write_report(source: Any, out_dir: str | Path | None = None, *, study_name: 
                  progress: Callable[[str], None] | None = print) -> list[Path]:
     """Write every applicable figure (PNG + PDF; only the stems in `figures` when given), Table 1 (Markdown +
     LaTeX), `trials.parquet`, `samples.parquet` (when per-sample files exist) and `report.md` into `out_dir`
-    (default `outputs/<study>/`). Returns the written paths."""
+    (default `outputs/<study>/`). Returns the written paths. No `formats` is bad input (a `RecdiffError`, before
+    anything is written): a figure is drawn in at least one format; `figures=()` asks for none."""
+    if not formats:
+        raise RecdiffError("no figure formats given (--formats takes a comma-separated list, e.g. png,pdf; "
+                           "a report draws each figure in at least one)")
     say = progress or (lambda _: None)
     if isinstance(source, pl.DataFrame):
         df, name = source, study_name_of(source)

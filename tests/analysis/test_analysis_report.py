@@ -88,6 +88,18 @@ def test_cli(tmp_path, capsys):
     assert err.startswith("error: no such study file or directory") and len(err.splitlines()) == 1
 
 
+@pytest.mark.parametrize("formats", ["", ","])
+def test_cli_report_without_formats_is_one_line_error(tmp_path, capsys, formats):
+    """No figure format is bad input: one line and exit 2 (analysis/README.md), nothing written; not an IndexError
+    from report.md's figure links."""
+    from analysis.__main__ import main
+    journal = _tiny_study(tmp_path / "journal.log")
+    assert main(["report", str(journal), "-o", str(tmp_path / "report"), "--formats", formats]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: no figure formats given") and len(err.splitlines()) == 1
+    assert not (tmp_path / "report").exists()
+
+
 @pytest.mark.slow
 def test_notebook_executes(study_dir, tmp_path):
     assert {"pareto", "token_stability"} <= set(available())
