@@ -67,7 +67,10 @@ class SlotKV:
         max_steps: int = 1,
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
+        tokens: bool = False,
     ) -> None:
+        """``tokens``: also keep each position's token (a model with value embeddings reads them in later layers
+        of the position's calls: :meth:`recdiff.model.RecurrentDepthModel.embed` writes them)."""
         if policy not in POLICIES:
             raise RecdiffError(f"unknown kv_cache {policy!r}; choose one of {', '.join(POLICIES)}")
         self.policy, self.slots, self.length, self.max_steps = policy, slots, length, max_steps
@@ -78,15 +81,18 @@ class SlotKV:
         # entries it writes (a write into a view of one shared buffer would copy the whole buffer back). Under
         # per_step a core layer's buffer has one plane per recurrence, (max_steps, slots, S, H, D), so that a
         # compiled recurrence can pick its plane with a step tensor; under lanes a coda layer's has one per readout.
-        shape = (slots, length, config.num_key_value_heads, config.head_dim)
+        core_heads = config.core_config().num_key_value_heads  # a core of its own width has its own heads
         self.k, self.v = [], []
         for i in range(self.n_slots):
             planes = self.planes(i)
+            heads = core_heads if self.n_prelude <= i < self.n_prelude + self.n_core else config.num_key_value_heads
+            shape = (slots, length, heads, config.head_dim)
             s = shape if planes is None else (planes, *shape)
             self.k.append(torch.zeros(s, device=device, dtype=dtype))
             self.v.append(torch.zeros(s, device=device, dtype=dtype))
         # per_step only: core recurrences written for each position, to mask deeper steps a position never ran
         self.depth = torch.zeros((slots, length), device=device, dtype=torch.int32) if policy == "per_step" else None
+        self.tokens = torch.zeros((slots, length), device=device, dtype=torch.long) if tokens else None
 
     def planes(self, slot: int) -> int | None:
         """Planes of a layer slot's buffer (None: one, unstacked)."""
@@ -147,6 +153,8 @@ class SlotKV:
                 buf[:, row, dst] = buf[:, row, src]
             else:
                 buf[row, dst] = buf[row, src]
+        if self.tokens is not None:
+            self.tokens[row, dst] = self.tokens[row, src]
 
     def copy_forward(self, pos: Tensor, taken: Tensor, steps: int) -> None:
         """Per-step planes: each row's position ``pos`` ``(slots,)`` ran ``taken`` recurrences; its last one's K/V

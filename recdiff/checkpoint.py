@@ -2,9 +2,11 @@
 
 A folder (or hub repository) with ``config.json`` and ``*.safetensors`` holding the official parameter names
 (``transformer.wte.weight``, ``transformer.prelude.0.attn.Wqkv.weight``, …; ``lm_head.weight`` absent when tied),
-optionally with ``tokenizer.json``. Which model family it is (Huginn, retrofitted Llama, retrofitted OLMo-2) is
-recognised from the config and the weight names (:func:`recdiff.recognition.recognise`). The Python files such a folder
-may carry (``auto_map`` in its config) are never imported: recdiff's own code is the model.
+or a torch state dict (``pytorch_model.bin``, ``model.pt``: read with ``weights_only=True``, so no pickled
+code runs, and refused unless it maps names to tensors), optionally with ``tokenizer.json``. Which model family it
+is (:mod:`recdiff.families`) is recognised from the config and the weight names
+(:func:`recdiff.recognition.recognise`). The Python files such a folder may carry (``auto_map`` in its config) are
+never imported: recdiff's own code is the model.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from recdiff.model_config import RecurrentConfig
 from recdiff.recognition import recognise
 
 HUGINN_HUB_ID = "tomg-group-umd/huginn-0125"
+TORCH_FILES = ("pytorch_model.bin", "model.pt", "model.bin")  # torch state dicts, where no safetensors file is
+_PREFIXES = ("module.", "_orig_mod.")  # what DDP and torch.compile put before a state dict's names
 _HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16, "float64": torch.float64}
@@ -53,7 +57,7 @@ def resolve_checkpoint(path_or_hub_id: str | os.PathLike) -> Path:
                            f"*.safetensors, or a hub id like {HUGINN_HUB_ID})")
     from huggingface_hub import snapshot_download
 
-    patterns = ["*.json", "*.safetensors", "tokenizer*"]
+    patterns = ["*.json", "*.safetensors", *TORCH_FILES, "tokenizer*"]
     try:
         return Path(snapshot_download(name, allow_patterns=patterns, local_files_only=True))
     except Exception:
@@ -110,9 +114,13 @@ def read_raw_config(folder: Path) -> dict[str, Any]:
 
 
 def weight_names(folder: Path) -> set[str]:
-    """The tensor names of the checkpoint's weight files, read from their headers (no tensor is loaded)."""
+    """The tensor names of the checkpoint's weight files, read from their headers (no tensor is loaded; a torch
+    file is mapped, not read)."""
     names: set[str] = set()
     for f in weight_files(folder):
+        if f.suffix != ".safetensors":
+            names.update(_torch_tensors(f))
+            continue
         try:
             with safe_open(f, "pt") as h:
                 names.update(h.keys())
@@ -142,8 +150,32 @@ def weight_files(folder: Path) -> list[Path]:
     else:
         files = sorted(folder.glob("model*.safetensors"))
     if not files:
-        raise RecdiffError(f"{folder} has no model*.safetensors weights")
+        files = [folder / name for name in TORCH_FILES if (folder / name).is_file()][:1]
+    if not files:
+        raise RecdiffError(f"{folder} has no model*.safetensors weights (nor {', '.join(TORCH_FILES)})")
     return files
+
+
+def _torch_tensors(f: Path) -> dict[str, torch.Tensor]:
+    """A torch state dict file's tensors (memory-mapped), by name without a DDP or compile prefix. Read with
+    ``weights_only=True``: a pickle that names any code is refused before it runs; so is a file holding anything
+    but a mapping of names to tensors."""
+    try:
+        obj = torch.load(f, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as err:  # UnpicklingError (code in the pickle), RuntimeError (not a torch file), OSError
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise RecdiffError(f"{f} is not a plain torch state dict (torch.load with weights_only=True refused it: "
+                           f"{first[:200]})") from None
+    if not isinstance(obj, dict) or not obj:
+        raise RecdiffError(f"{f} holds a {type(obj).__name__}, not a mapping of tensor names to tensors")
+    out: dict[str, torch.Tensor] = {}
+    for name, t in obj.items():
+        if not isinstance(name, str) or not isinstance(t, torch.Tensor):
+            raise RecdiffError(f"{f} holds {type(t).__name__} under {name!r}: a weights file must hold tensors only")
+        for prefix in _PREFIXES:
+            name = name.removeprefix(prefix)
+        out[name] = t
+    return out
 
 
 def _unreadable(f: Path, err: Exception) -> RecdiffError:
@@ -155,6 +187,9 @@ def check_weight_files(folder: Path) -> None:
     """Each weight file's header, read without loading a tensor (it states every tensor's place, so a truncated or
     foreign file fails here): a sweep names such a file before it claims or records anything."""
     for f in weight_files(folder):
+        if f.suffix != ".safetensors":
+            _torch_tensors(f)
+            continue
         try:
             with safe_open(f, "pt"):
                 pass
@@ -165,6 +200,9 @@ def check_weight_files(folder: Path) -> None:
 def _read_tensors(folder: Path, device: torch.device) -> dict[str, torch.Tensor]:
     tensors: dict[str, torch.Tensor] = {}
     for f in weight_files(folder):
+        if f.suffix != ".safetensors":
+            tensors.update({k: v.to(device) for k, v in _torch_tensors(f).items()})
+            continue
         try:
             tensors.update(load_file(f, device=str(device)))
         except Exception as err:  # SafetensorError (truncated or not safetensors), OSError: one line naming the file
@@ -196,7 +234,11 @@ def load_model(path_or_hub_id: str | os.PathLike, device: str | torch.device = "
     expected = {k: v.shape for k, v in model.state_dict().items()}
     if cfg.tie_embeddings:
         expected.pop("lm_head.weight")
-        tensors.pop("lm_head.weight", None)
+        head = tensors.pop("lm_head.weight", None)  # a tied head stored twice must be the embedding itself
+        wte = tensors.get("transformer.wte.weight")
+        if head is not None and wte is not None and (head.shape != wte.shape or not torch.equal(head, wte)):
+            raise RecdiffError(f"{folder}: the head is tied (tie_embeddings) but lm_head.weight differs from "
+                               "transformer.wte.weight")
     tensors.pop("freqs_cis", None)  # the RoPE table is recomputed from the config
     for k, shape in expected.items():
         if tensors[k].shape != shape:

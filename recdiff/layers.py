@@ -53,10 +53,12 @@ def rope_table(head_dim: int, length: int, base: float) -> Tensor:
     return angle_table(inv, length)
 
 
-def angle_table(inv_freq: Tensor, length: int, scale: float = 1.0) -> Tensor:
+def angle_table(inv_freq: Tensor, length: int, scale: float = 1.0, positions: Tensor | None = None) -> Tensor:
     """``[1, length, 1, len(inv_freq), 2]``: cos and sin of pos · inv_freq, each times ``scale`` (a scaled RoPE's
-    attention factor; 1 leaves them as they are)."""
-    ang = torch.outer(torch.arange(length, dtype=torch.float32, device=inv_freq.device), inv_freq.float())
+    attention factor; 1 leaves them as they are); ``positions`` (float32, ``length`` of them): other angles' pos
+    than 0 … length − 1 (Parcae's condensed positions)."""
+    pos = torch.arange(length, dtype=torch.float32, device=inv_freq.device) if positions is None else positions
+    ang = torch.outer(pos.to(inv_freq.device), inv_freq.float())
     cos, sin = ang.cos(), ang.sin()
     if scale != 1.0:
         cos, sin = cos * scale, sin * scale
@@ -138,6 +140,11 @@ class Attention(nn.Module):
         k = k.view(B, T, self.n_kv, self.hd)
         v = v.view(B, T, self.n_kv, self.hd)
         q, k = (fused.compiled(self.rope) if self.fused else self.rope)(q, k, freqs, self.qk_bias)
+        return self.attend(q, k, v, kv)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, kv: KV | None) -> Tensor:
+        """Attention of the rotated q, k and v ``(B, T, H, D)`` (over the cache's keys, with one), projected out."""
+        B, T = q.shape[:2]
         if kv is None:  # no cache: plain causal attention over the call's own positions
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
             y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, enable_gqa=self.n_kv != self.n_head)

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from recdiff.cache import Call, SlotKV
 from recdiff.families import get_family
+from recdiff.families.base import concat_adapter
 from recdiff.layers import RMSNorm
 from recdiff.layers import rope_table as rope_table  # Huginn's table, imported from here before recdiff.layers
 from recdiff.model_config import RecurrentConfig
@@ -40,20 +41,29 @@ class RecurrentDepthModel(nn.Module):
         self.config = config
         c = config
         family = get_family(c.family)
-        Block = family.block
+        layer = family.layer or (lambda cfg, part, i: family.block(cfg.core_config() if part == "core" else cfg))
         modules = dict(
             wte=embedding(c.padded_vocab_size, c.n_embd),
-            prelude=nn.ModuleList(Block(c) for _ in range(c.n_layers_in_prelude)),
-            core_block=nn.ModuleList(Block(c) for _ in range(c.n_layers_in_recurrent_block)),
-            coda=nn.ModuleList(Block(c) for _ in range(c.n_layers_in_coda)),
+            prelude=nn.ModuleList(layer(c, "prelude", i) for i in range(c.n_layers_in_prelude)),
+            core_block=nn.ModuleList(layer(c, "core", i) for i in range(c.n_layers_in_recurrent_block)),
+            coda=nn.ModuleList(layer(c, "coda", i) for i in range(c.n_layers_in_coda)),
             ln_f=RMSNorm(c.n_embd, c.norm_eps),  # after the coda (Huginn: on the final state too; Ouro: every loop)
         )
         if family.injection:
-            modules["adapter"] = nn.Linear(2 * c.n_embd, c.n_embd, bias=c.bias)
+            modules["adapter"] = (family.adapter or concat_adapter)(c)
+        if family.project_state:  # the final state (the core's width) → the coda's
+            modules["C"] = nn.Linear(c.state_width, c.n_embd, bias=c.bias)
+        if c.prelude_norm:
+            modules["ln_prelude"] = RMSNorm(c.n_embd, c.norm_eps)
         self.transformer = nn.ModuleDict(modules)
         self.lm_head = nn.Linear(c.n_embd, c.padded_vocab_size, bias=False)
         if c.tie_embeddings:
             self.lm_head.weight = self.transformer.wte.weight
+        # value embeddings: token tables added to some attention layers' values (Parcae); ve_use: (part, layer) →
+        # the table it reads
+        tables, self.ve_use = family.value_embeddings(c) if family.value_embeddings else ({}, {})
+        self.value_embeds = nn.ModuleDict({str(i): embedding(c.padded_vocab_size, w) for i, w in tables.items()}) \
+            if tables else None
         self.exit_gate = nn.Linear(c.n_embd, 1, bias=True) if family.exit_gate else None
         self.ln_f_on_state = family.ln_f_on_state
         self.injection, self.loop_norm = family.injection, family.loop_norm
@@ -106,10 +116,11 @@ class RecurrentDepthModel(nn.Module):
     def initial_state(self, like: Tensor, init_scale: float, generator: torch.Generator | None = None) -> Tensor:
         """InitState(α): truncated normal with std α·σ_init within ±3 std (× embed scale); all zeros when α = 0 (and
         always without input injection: there the first recurrence reads the embedding, :meth:`refuses`)."""
+        shape = (*like.shape[:-1], self.config.state_width)  # ``like``: the embedding's or a state's rows
         std = float(self.config.init_values["std"]) * init_scale
         if std <= 0 or not self.injection:
-            return torch.zeros_like(like)
-        x = torch.empty(like.shape, dtype=torch.float32, device=like.device)
+            return torch.zeros(shape, dtype=like.dtype, device=like.device)
+        x = torch.empty(shape, dtype=torch.float32, device=like.device)
         return (truncated_normal_(x, std, generator) * self.config.embed_scale).to(like.dtype)
 
     # ---------------------------------------------------------------------------------------------- P, R, C
@@ -121,19 +132,43 @@ class RecurrentDepthModel(nn.Module):
         if call is not None and cache is not None and cache.depth is not None:
             cache.depth.index_put_((call.b_idx, call.pos), torch.zeros_like(call.pos, dtype=torch.int32))
         freqs = self._freqs(ids.shape[1], call)
+        if call is not None and cache is not None and cache.tokens is not None:  # what later layers' tables read
+            index = (call.b_idx, call.pos if call.slot is None else call.slot)
+            new = ids if call.write is None else torch.where(call.write[:, None], ids, cache.tokens[index])
+            cache.tokens.index_put_(index, new)
         x = self.transformer.wte(ids) * self.config.embed_scale
         for i, block in enumerate(self.transformer.prelude):
-            x = block(x, freqs, None if call is None else (cache, call, i, 0))
+            x = block(x, freqs, None if call is None else (cache, call, i, 0), *self._ve("prelude", i, ids))
+        if self.config.prelude_norm:
+            x = self.transformer.ln_prelude(x)
         return x
 
+    def _ve(self, part: str, i: int, tokens: Tensor | None) -> tuple[Tensor, ...]:
+        """The value-embedding rows layer (part, i) adds to its values, as a block's extra argument (none: it
+        uses none)."""
+        table = self.ve_use.get((part, i))
+        if table is None:
+            return ()
+        if tokens is None:
+            raise ValueError("value embeddings need the positions' tokens: a call into a cache, or tokens=")
+        return (self.value_embeds[str(table)](tokens),)
+
+    @staticmethod
+    def _tokens(call: Call | None, cache: SlotKV | None, tokens: Tensor | None) -> Tensor | None:
+        """The call's positions' tokens (written by :meth:`embed` into the cache), else ``tokens``."""
+        if call is None or cache is None or cache.tokens is None:
+            return tokens
+        return cache.tokens[call.b_idx, call.pos if call.slot is None else call.slot]
+
     def core_step(self, state: Tensor, embeds: Tensor, call: Call | None = None, cache: SlotKV | None = None,
-                  step: int | Tensor = 0) -> Tensor:
+                  step: int | Tensor = 0, tokens: Tensor | None = None) -> Tensor:
         """R: one recurrence (adapter on [state, embeds], then the core blocks) for the call's positions.
 
         ``step`` (0-based recurrence index of these positions; a 0-d tensor inside compiled code) selects the cache
         plane under ``per_step``, where a key position that ran fewer than ``step + 1`` recurrences is left out (it
-        has no entry for this step)."""
+        has no entry for this step). ``tokens``: the positions' tokens, for value embeddings without a call."""
         freqs = self._freqs(state.shape[1], call)
+        tokens = self._tokens(call, cache, tokens) if self.ve_use else None
         if call is not None and cache.depth is not None:
             first = call.pos[:, :1]  # keys before the call's first position that exited earlier are missing
             depth = cache.depth if call.rows is None else cache.depth.index_select(0, call.rows)
@@ -143,11 +178,12 @@ class RecurrentDepthModel(nn.Module):
             missing = early & (depth <= step)
             call = Call(call.rows, call.b_idx, call.pos, call.freqs, call.mask & ~missing[:, None, None, :], call.write)
         if self.injection:
-            x = self.transformer.adapter(torch.cat([state, embeds], dim=-1))
+            x = self.transformer.adapter(state, embeds)
         else:  # the embedding enters once: a state not yet recurred (all zeros: no normed state is) reads it
             x = torch.where(state.abs().amax(-1, keepdim=True) == 0, embeds, state)
         for i, block in enumerate(self.transformer.core_block):
-            x = block(x, freqs, None if call is None else (cache, call, cache.core_slot(i), step))
+            x = block(x, freqs, None if call is None else (cache, call, cache.core_slot(i), step),
+                      *self._ve("core", i, tokens))
         if self.loop_norm:
             x = self.transformer.ln_f(x)
         if call is not None and cache.depth is not None:
@@ -158,15 +194,24 @@ class RecurrentDepthModel(nn.Module):
         return x
 
     def decode(self, state: Tensor, call: Call | None = None, cache: SlotKV | None = None,
-               float32: bool = True, plane: int | Tensor = 0) -> Tensor:
+               float32: bool = True, plane: int | Tensor = 0, tokens: Tensor | None = None) -> Tensor:
         """C: raw states → float32 logits ``(B, T, V)`` (``float32=False``: in the model's dtype, which converts to
         float32 exactly; what a buffer of many rows' logits holds at half the memory). ``plane``: the coda's K/V
         plane in a cache with one per readout depth (``lanes``; per row, a ``(B,)`` tensor)."""
         freqs = self._freqs(state.shape[1], call)
+        tokens = self._tokens(call, cache, tokens) if self.ve_use else None
         x = self.transformer.ln_f(state) if self.ln_f_on_state else state
+        if "C" in self.transformer:
+            x = self.transformer.C(x)
         for i, block in enumerate(self.transformer.coda):
-            x = block(x, freqs, None if call is None else (cache, call, cache.coda_slot(i), plane))
+            x = block(x, freqs, None if call is None else (cache, call, cache.coda_slot(i), plane),
+                      *self._ve("coda", i, tokens))
         logits = self.lm_head(x if self.loop_norm else self.transformer.ln_f(x))
+        scale, cap = self.config.logit_scale, self.config.logit_softcap
+        if scale != 1 or cap is not None:  # in float32, as the reference scales them
+            scaled = logits.float() * scale
+            scaled = scaled if cap is None else cap * torch.tanh(scaled / cap)
+            return scaled if float32 else scaled.to(logits.dtype)
         return logits.float() if float32 else logits
 
     # ---------------------------------------------------------------------------------------------- full passes
@@ -177,8 +222,8 @@ class RecurrentDepthModel(nn.Module):
         e = self.embed(ids)
         s = self.initial_state(e, init_scale, generator)
         for i in range(r):
-            s = self.core_step(s, e, step=i)
-        return self.decode(s), self.transformer.ln_f(s) if self.ln_f_on_state else s
+            s = self.core_step(s, e, step=i, tokens=ids)
+        return self.decode(s, tokens=ids), self.transformer.ln_f(s) if self.ln_f_on_state else s
 
     def forward_train(self, ids: Tensor, r_no_grad: int, r_grad: int, init_scale: float = 1.0) -> Tensor:
         """Training pass with truncated backpropagation: gradients flow through the last ``r_grad`` recurrences."""
@@ -186,10 +231,10 @@ class RecurrentDepthModel(nn.Module):
         s = self.initial_state(e, init_scale)
         with torch.no_grad():
             for i in range(r_no_grad):
-                s = self.core_step(s, e, step=i)
+                s = self.core_step(s, e, step=i, tokens=ids)
         for i in range(r_grad):
-            s = self.core_step(s, e, step=r_no_grad + i)
-        return self.decode(s)
+            s = self.core_step(s, e, step=r_no_grad + i, tokens=ids)
+        return self.decode(s, tokens=ids)
 
     def exit_probability(self, state: Tensor) -> Tensor:
         """λ = σ(gate(state)) ``(B, T)`` in float32: the probability of exiting at this recurrence, given that no

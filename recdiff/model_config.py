@@ -55,6 +55,17 @@ class RecurrentConfig:
     rope_theta: float | None = None
     rope_scaling: dict[str, Any] | None = None
     max_position_embeddings: int | None = None
+    # a core of its own width (Parcae): the recurrent state's width, the core's heads (all of them K/V heads) and MLP
+    # width; None: the outer model's. Its head width must be the outer one (one RoPE table serves every layer).
+    core_n_embd: int | None = None
+    core_n_heads: int | None = None
+    core_intermediate_size: int | None = None
+    prelude_norm: bool = False                # a norm on the prelude's output (Parcae: ln_prelude)
+    logit_scale: float = 1.0                  # logits = head(x) · logit_scale (Parcae's init strategy sets it)
+    logit_softcap: float | None = None        # logits = c · tanh(logits / c)
+    # what only one family reads (Parcae: its injection, MLP, nonlinearity, qk_norm, RoPE condensing, value
+    # embeddings' layers); never in config.json as such: the family writes its own keys
+    family_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.num_key_value_heads is None:
@@ -69,6 +80,11 @@ class RecurrentConfig:
             raise RecdiffError(
                 f"config: n_heads={self.n_heads} is not a multiple of num_key_value_heads={self.num_key_value_heads}"
             )
+        if self.core_n_embd is not None or self.core_n_heads is not None:
+            width, heads = self.state_width, self.core_n_heads or self.n_heads
+            if width % heads or width // heads != self.head_dim:
+                raise RecdiffError(f"config: a core {width} wide with {heads} heads has heads {width / heads:g} wide, "
+                                   f"the outer layers' are {self.head_dim} (one RoPE table serves both)")
         for name in ("n_embd", "n_heads", "head_dim", "n_layers_in_recurrent_block", "intermediate_size", "vocab_size",
                      "block_size"):
             if getattr(self, name) < 1:
@@ -87,6 +103,20 @@ class RecurrentConfig:
     @property
     def n_layers(self) -> int:
         return self.n_layers_in_prelude + self.n_layers_in_recurrent_block + self.n_layers_in_coda
+
+    @property
+    def state_width(self) -> int:
+        """The recurrent state's width: the core's (``core_n_embd``), else ``n_embd``."""
+        return self.core_n_embd or self.n_embd
+
+    def core_config(self) -> "RecurrentConfig":
+        """The config the core's blocks are built from: the core's width, heads (K/V heads as many) and MLP width."""
+        if self.core_n_embd is None and self.core_n_heads is None and self.core_intermediate_size is None:
+            return self
+        heads = self.core_n_heads or self.n_heads
+        return dataclasses.replace(self, n_embd=self.state_width, n_heads=heads, num_key_value_heads=heads,
+                                   intermediate_size=self.core_intermediate_size or self.intermediate_size,
+                                   core_n_embd=None, core_n_heads=None, core_intermediate_size=None)
 
     @property
     def effective_expected_depth(self) -> int:
@@ -114,8 +144,12 @@ class RecurrentConfig:
         the family's own keys are added by :func:`recdiff.families.config_json`."""
         d = dataclasses.asdict(self)
         del d["family"]
-        for k in ("eos_token_id", "rope_theta", "rope_scaling", "max_position_embeddings"):
+        for k in ("eos_token_id", "rope_theta", "rope_scaling", "max_position_embeddings", "core_n_embd",
+                  "core_n_heads", "core_intermediate_size", "logit_softcap"):
             if d[k] is None:
+                del d[k]
+        for k, default in (("prelude_norm", False), ("logit_scale", 1.0), ("family_options", {})):
+            if d[k] == default:
                 del d[k]
         d.update(n_layers=self.n_layers, effective_expected_depth=self.effective_expected_depth)
         return d

@@ -33,8 +33,9 @@ _BLOCK = re.compile(r"^transformer\.(prelude|core_block|coda)\.\d+\.")
 
 
 def _short(names: set[str], limit: int = 3) -> str:
-    """Weight names with the block prefix folded (``block norm_3.weight``), deduplicated, the first ``limit``."""
-    folded = sorted({_BLOCK.sub("block ", n) for n in names})
+    """Weight names, in full when they are few (one missing tensor is named exactly); else with the block prefix
+    folded (``block norm_3.weight``), deduplicated, the first ``limit``."""
+    folded = sorted(names) if len(names) <= limit else sorted({_BLOCK.sub("block ", n) for n in names})
     more = f" (+{len(folded) - limit} more)" if len(folded) > limit else ""
     return ", ".join(folded[:limit]) + more
 

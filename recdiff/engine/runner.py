@@ -82,7 +82,8 @@ class Runner:
         p = next(model.parameters())
         self.model, self.slots, self.length, self.policy = model, slots, length, policy
         self.device, self.dtype = p.device, p.dtype
-        self.cache = SlotKV(model.config, slots, length, policy, max_steps, device=p.device, dtype=p.dtype)
+        self.cache = SlotKV(model.config, slots, length, policy, max_steps, device=p.device, dtype=p.dtype,
+                            tokens=model.value_embeds is not None)
         cfg = model.config
         # positions past the block only ever hold padding rows (a wavefront padded to its width); give them angles
         self.freqs = model.freqs_cis if length <= cfg.block_size else model.rope_table(length, p.device)
@@ -299,7 +300,7 @@ class Runner:
         keys = keys or self.length
         e = self.embed(ids, pos, keys)
         if z is None:
-            z = torch.zeros_like(e)
+            z = self.model.initial_state(e, 0.0)
         return self.decode(self.cores(z, e, pos, keys, r), pos, keys)
 
     # ------------------------------------------------------------------------------------------ lanes
@@ -344,7 +345,7 @@ class Runner:
         if dup:
             ids, rows = ids.expand(2, T), rows.expand(2)
         e = self.embed(ids, pos, T, rows)
-        z = torch.zeros_like(e)
+        z = self.model.initial_state(e, 0.0)
         if init_scale > 0:
             for i, g in enumerate(generators):
                 z[i, : lens[i]] = self.model.initial_state(z[i : i + 1, : lens[i]], init_scale, g)[0]

@@ -42,8 +42,9 @@ def get_family(name: str) -> Family:
 
 def config_json(cfg: RecurrentConfig) -> dict[str, Any]:
     """``config.json`` in the official layout: recdiff's fields (those set) plus the keys the family's reference
-    code expects (:attr:`Family.write`)."""
-    return {**cfg.to_dict(), **get_family(cfg.family).write(cfg)}
+    code expects (:attr:`Family.write`); a family that ``writes_all`` writes its own keys alone."""
+    fam = get_family(cfg.family)
+    return fam.write(cfg) if fam.writes_all else {**cfg.to_dict(), **fam.write(cfg)}
 
 
 def checkpoint_names(cfg: RecurrentConfig, ours: set[str]) -> set[str]:

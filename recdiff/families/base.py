@@ -64,10 +64,38 @@ class Family:
     # the checkpoint's tensor names where they are not recdiff's: our name → [(their name, rows)], theirs stacked
     # along the first dimension into ours (a fused q/k/v projection from three); None: the names are recdiff's
     layout: Callable[[RecurrentConfig], dict[str, list[tuple[str, int]]]] | None = None
+    # Hooks of a family whose layers differ by place (Parcae), each None where the family has no such thing.
+    # layer(cfg, part, i): the block at prelude / core / coda index i (default: ``block(cfg)``, the core's at its
+    # own width). adapter(cfg): the input injection, forward(state, embedding) (default: a linear map of the two
+    # concatenated). value_embeddings(cfg): token tables added to some attention layers' values: (each table's
+    # effective-layer index → its width, each (part, i) that uses one → that table's index).
+    layer: Callable[[RecurrentConfig, str, int], nn.Module] | None = None
+    adapter: Callable[[RecurrentConfig], nn.Module] | None = None
+    value_embeddings: Callable[[RecurrentConfig], tuple[dict[int, int], dict[tuple[str, int], int]]] | None = None
+    project_state: bool = False                            # a Linear C maps the final state to the coda's width
+    # config.json is the family's own keys alone (the reference's dataclass refuses any other)
+    writes_all: bool = False
+
+
+class ConcatAdapter(nn.Linear):
+    """Huginn's input injection: one Linear over [state, embedding] (its weight named as the reference's)."""
+
+    def forward(self, state: Tensor, embeds: Tensor) -> Tensor:  # type: ignore[override]
+        return super().forward(torch.cat([state, embeds], dim=-1))
+
+
+def concat_adapter(cfg: RecurrentConfig) -> nn.Module:
+    return ConcatAdapter(cfg.state_width + cfg.n_embd, cfg.state_width, bias=cfg.bias)
+
+
+# fields only recdiff's own reading of a family's config.json sets (never a key of the Raven layout's config.json)
+OWN_FIELDS = {"family", "core_n_embd", "core_n_heads", "core_intermediate_size", "prelude_norm", "logit_scale",
+              "logit_softcap", "family_options"}
 
 
 def known_fields() -> set[str]:
-    return {f.name for f in dataclasses.fields(RecurrentConfig)}
+    """The fields a Raven-layout ``config.json`` (Huginn, the retrofits) may set as they are."""
+    return {f.name for f in dataclasses.fields(RecurrentConfig)} - OWN_FIELDS
 
 
 # ---------------------------------------------------------------------------------------------- Hugging Face RoPE

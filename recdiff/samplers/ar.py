@@ -126,7 +126,7 @@ class ARBatch:
             m, run = self.opts.model, self.runner
             gens = [q.generator if q is not None and b in live else None for b, q in enumerate(self.req)]
             if self.init_scale > 0:  # each sequence draws its initial state from its own stream
-                dim = m.config.n_embd
+                dim = m.config.state_width
                 z0 = torch.zeros((self.slots, 1, dim), device=run.device, dtype=run.dtype)
                 for b in live:
                     z0[b] = m.initial_state(z0[b : b + 1], self.init_scale, gens[b])[0]
@@ -169,7 +169,7 @@ class ARBatch:
     def _static(self, pos: torch.Tensor, z0: torch.Tensor | None, keys: int) -> torch.Tensor:
         run = self.runner
         if z0 is None:
-            z0 = torch.zeros((self.slots, 1, self.opts.model.config.n_embd), device=run.device, dtype=run.dtype)
+            z0 = torch.zeros((self.slots, 1, self.opts.model.config.state_width), device=run.device, dtype=run.dtype)
         return run.step(Step(token_step, (self.r, keys)), self.ids, pos, z0)
 
     def _static_gate(self, pos: torch.Tensor, z0: torch.Tensor | None, keys: int
@@ -178,14 +178,14 @@ class ARBatch:
         recurrences (1-based)."""
         run = self.runner
         if z0 is None:
-            z0 = torch.zeros((self.slots, 1, self.opts.model.config.n_embd), device=run.device, dtype=run.dtype)
+            z0 = torch.zeros((self.slots, 1, self.opts.model.config.state_width), device=run.device, dtype=run.dtype)
         return run.step(Step(gate_token_step, (self.r, self.q, keys)), self.ids, pos, z0)
 
     def _adaptive(self, pos: torch.Tensor, z0: torch.Tensor | None, live: list[int], keys: int
                   ) -> tuple[torch.Tensor, torch.Tensor]:
         run = self.runner
         e = run.embed(self.ids, pos, keys)
-        z = torch.zeros_like(e) if z0 is None else z0
+        z = run.model.initial_state(e, 0.0) if z0 is None else z0
         exited = torch.ones(self.slots, dtype=torch.bool, device=run.device)
         exited[live] = False  # free and finished slots take no part
         carry: tuple[torch.Tensor, ...] = (exited, torch.zeros(self.slots, dtype=torch.long, device=run.device))

@@ -75,7 +75,7 @@ class DiffusionBatch:
         # padded wavefront rows reach up to `window` positions past the furthest front
         self.kv_shape = (cache_length(m, self.window + 1), 1)  # what this call asks of the cache (its stats)
         self.runner = run = get_runner(m, opts.slots, self.kv_shape[0], "shared")
-        B, S, E, V, dev = self.slots, run.length, m.config.n_embd, m.config.padded_vocab_size, run.device
+        B, S, E, V, dev = self.slots, run.length, m.config.state_width, m.config.padded_vocab_size, run.device
         self.E, self.dev = E, dev
         self.names = state_names(rule)
         self._traced = 0  # live sequences recording a trace (advance returns δ only while one does)
@@ -92,7 +92,7 @@ class DiffusionBatch:
         self.seq = run.buffer("diffusion-seq", (B, S), torch.long)
         self.unchanged = run.buffer("diffusion-unchanged", (B, S), torch.long)
         self.z = run.buffer("diffusion-z", (B, self.window, E), run.dtype)
-        self.e = run.buffer("diffusion-e", (B, self.window, E), run.dtype) if p.eta > 0 else None
+        self.e = run.buffer("diffusion-e", (B, self.window, m.config.n_embd), run.dtype) if p.eta > 0 else None
         self.age = run.buffer("diffusion-age", (B, self.window), torch.long) if rule.ages else None
         # the state advance writes, in order (the same tensors for the batch's whole life)
         self._state = tuple(getattr(self, k) for k in self.names)
@@ -100,7 +100,7 @@ class DiffusionBatch:
         self._model_window = (self.z, *([self.e] if p.eta > 0 else []), *([self.age] if p.beta > 0 else []))
         # the model call's outputs: z and logits (in the model's dtype, half a float32 set's memory) and e (η > 0)
         self._output_shapes = (((B, self.window, E), run.dtype), ((B, self.window, V), run.dtype),
-                               *([((B, self.window, E), run.dtype)] if p.eta > 0 else []))
+                               *([((B, self.window, m.config.n_embd), run.dtype)] if p.eta > 0 else []))
         run.outputs("diffusion", self._output_shapes, self.window)  # allocated now (under graphs), not mid-run
         self.req: list[Request | None] = [None] * B
         self.host: list[SlotRecord | None] = [None] * B

@@ -185,7 +185,8 @@ def advance(c: tuple[Rule, bool], run: Any, *args: Tensor) -> tuple[Tensor, ...]
     z_next = torch.where(kept3, z.gather(1, idx), fresh)
     if rule.p.continuous_compute:
         z_next = torch.where(((shift == W + growth) & (rows_g == 0))[..., None], 0.0, z_next)
-    e_next = torch.where(kept3, (rule.p.eta * e).gather(1, idx), 0.0) if e is not None else None
+    e_next = torch.where(kept3, (rule.p.eta * e).gather(1, at[..., None].expand(-1, -1, e.shape[-1])), 0.0) \
+        if e is not None else None  # (the embeddings' width: a core of its own width has other states')
     age_next = torch.where(kept, age.gather(1, at), 0) if rule.ages else None
 
     # the writes, after every read of the state they overwrite, by index: a compiled program makes them in place (a

@@ -59,7 +59,7 @@ class LoopSpecBatch:
         run = self.runner
         # every lane's state and P output, in a bank row of its own; the last row is padding rows' (graphs, compile)
         n = self.slots * self.lanes_per_seq + 1
-        self.z = run.buffer("loopspec-z", (n, 1, m.config.n_embd), run.dtype)
+        self.z = run.buffer("loopspec-z", (n, 1, m.config.state_width), run.dtype)
         self.e = run.buffer("loopspec-e", (n, 1, m.config.n_embd), run.dtype)
         self.pad_bank = n - 1
         self.free_bank = list(range(n - 2, -1, -1))

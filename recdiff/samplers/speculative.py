@@ -54,7 +54,7 @@ class SpeculativeBatch:
         if self.init_scale <= 0:
             return None
         m, run = self.opts.model, self.runner
-        z = torch.zeros((self.slots, rows, m.config.n_embd), device=run.device, dtype=run.dtype)
+        z = torch.zeros((self.slots, rows, m.config.state_width), device=run.device, dtype=run.dtype)
         for b in live:
             n = self.req[b].record.rows
             z[b, :n] = m.initial_state(z[b : b + 1, :n], self.init_scale, self.req[b].generator)[0]
@@ -64,7 +64,7 @@ class SpeculativeBatch:
                  ) -> torch.Tensor:
         run = self.runner
         if z is None:
-            z = torch.zeros((*ids.shape, self.opts.model.config.n_embd), device=run.device, dtype=run.dtype)
+            z = torch.zeros((*ids.shape, self.opts.model.config.state_width), device=run.device, dtype=run.dtype)
         # rows without a live sequence may sit further on: keep every query inside the keys (its own row only)
         pos = pos.clamp(max=keys - 1)
         return run.step(Step(recur_step, (depth, keys)), ids, pos, z)
