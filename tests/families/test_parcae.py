@@ -129,7 +129,8 @@ PARCAE_SAMPLERS = [("adaptive", {"r": 8, "epsilon": 0.05, "kv_cache": "per_step"
                                   "headway": 2})]
 
 
-@pytest.mark.parametrize("sampler, params", PARCAE_SAMPLERS, ids=[f"{s}-{i}" for i, (s, _) in enumerate(PARCAE_SAMPLERS)])
+@pytest.mark.parametrize("sampler, params", PARCAE_SAMPLERS,
+                         ids=[f"{s}-{i}" for i, (s, _) in enumerate(PARCAE_SAMPLERS)])
 def test_adaptive_and_diffusion_decode_and_batch_alone(load_fixture_model, sampler, params):
     """On the hub-like checkpoint: each sampler decodes every token asked for, and a batch of prompts of other
     lengths gives each prompt (with its own seed) what it gets alone."""
