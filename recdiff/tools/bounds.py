@@ -33,11 +33,13 @@ class ReadBytes:
     coda: int
     kv: int
     layers: tuple[int, int, int]
+    kv_core: int | None = None  # a core of its own width (Parcae): its layers' K/V bytes per position (None: kv)
 
     def call(self, recurrences: int, keys: float = 0.0) -> float:
         """One model call (P, ``recurrences`` × R, C) whose attention reads ``keys`` positions per layer pass."""
-        passes = self.layers[0] + self.layers[2] + recurrences * self.layers[1]
-        return self.prelude + self.coda + recurrences * self.core + passes * keys * self.kv
+        outer, core = self.layers[0] + self.layers[2], recurrences * self.layers[1]
+        kv_core = self.kv if self.kv_core is None else self.kv_core
+        return self.prelude + self.coda + recurrences * self.core + keys * (outer * self.kv + core * kv_core)
 
 
 def read_bytes(model: RecurrentDepthModel) -> ReadBytes:
@@ -48,12 +50,16 @@ def read_bytes(model: RecurrentDepthModel) -> ReadBytes:
     def size(*modules: torch.nn.Module) -> int:
         return sum(p.numel() for m in modules for p in m.parameters()) * item
 
-    # a model without input injection (Ouro) has no adapter; its ln_f runs after every recurrence, read once per call
+    # a model without input injection (Ouro) has no adapter; its ln_f runs after every recurrence, read once per call;
+    # Parcae's prelude norm and state projection C are read once per call too (a value-embedding table, as the token
+    # embedding, only by the rows a call looks up: not counted)
     core = [t[k] for k in ("adapter", "core_block") if k in t]
-    return ReadBytes(prelude=size(t.prelude), core=size(*core),
-                     coda=size(t.coda, t.ln_f) + model.lm_head.weight.numel() * item,
+    inner = cfg.core_config()
+    return ReadBytes(prelude=size(*(t[k] for k in ("prelude", "ln_prelude") if k in t)), core=size(*core),
+                     coda=size(*(t[k] for k in ("C", "coda", "ln_f") if k in t)) + model.lm_head.weight.numel() * item,
                      kv=2 * cfg.num_key_value_heads * cfg.head_dim * item,
-                     layers=(cfg.n_layers_in_prelude, cfg.n_layers_in_recurrent_block, cfg.n_layers_in_coda))
+                     layers=(cfg.n_layers_in_prelude, cfg.n_layers_in_recurrent_block, cfg.n_layers_in_coda),
+                     kv_core=2 * inner.num_key_value_heads * inner.head_dim * item)
 
 
 def model_calls(sampler: str, stats: dict, params: dict) -> int:
@@ -126,7 +132,8 @@ def recurrence_matrices(model: RecurrentDepthModel) -> list[torch.Tensor]:
     """One recurrence's weight matrices (the adapter's and the core blocks'), those of one input width stacked."""
     t = model.transformer
     by_width: dict[int, list[torch.Tensor]] = {}
-    adapter = [t.adapter.weight] if "adapter" in t else []  # none without input injection (Ouro)
+    # the adapter's matrices (none without input injection, Ouro; Parcae's diagonal injection: B)
+    adapter = [p for p in t.adapter.parameters() if p.dim() == 2] if "adapter" in t else []
     for w in adapter + [p for p in t.core_block.parameters() if p.dim() == 2]:
         by_width.setdefault(w.shape[1], []).append(w.detach())
     return [torch.cat(ws) for ws in by_width.values()]

@@ -91,22 +91,32 @@ def _shared() -> Path:
 
 FIXTURE = _shared() / "fixtures" / "raven_tiny"
 
-# (label, sampler, params); the diffusion rows use the paper's defaults (ε=0.03, β=0, η=0.1, r'=4, wavefront 128)
-SAMPLERS: list[tuple[str, str, dict[str, Any]]] = [
-    ("static r=32", "static", {"r": 32}),
-    ("static r=8", "static", {"r": 8}),
-    ("adaptive ε=0.03", "adaptive", {"r": 32, "epsilon": 0.03}),
-    ("speculative 4×4", "speculative", {"r": 32, "r_draft": 4, "lookahead": 4}),
-    ("diffusion defaults", "diffusion",
-     {"r": 32, "r_inner": 4, "epsilon": 0.03, "beta": 0.0, "eta": 0.1, "wavefront": 128}),
-    ("diffusion fixed r'=4", "diffusion", {"r": 32, "r_inner": 4, "freeze": "fixed", "eta": 0.1, "wavefront": 128}),
-    # the defaults with a narrower wavefront: at batch B a step iterates up to B·W positions
-    ("diffusion defaults W=32", "diffusion",
-     {"r": 32, "r_inner": 4, "epsilon": 0.03, "beta": 0.0, "eta": 0.1, "wavefront": 32}),
-    # LoopSpec (the baseline of every grid study), with a second readout at K·X = 8
-    ("loopspec K=4", "loopspec", {"r": 32, "r_draft": 4}),
-    ("loopspec K=4 X=2", "loopspec", {"r": 32, "r_draft": 4, "r_draft2": 8}),
-]
+def rows_at(R: int = 32) -> list[tuple[str, str, dict[str, Any]]]:
+    """(label, sampler, params) of every row at depth R (``--depth``: 32, Huginn's; 8 for Parcae, its trained
+    mean): static AR at R (every ratio's baseline) and R/4, adaptive compute, speculative decoding with drafts of R/8,
+    the diffusion sampler with the paper's defaults (ε=0.03, β=0, η=0.1, r'=4 or R if less, wavefront 128), fixed
+    freezing, a wavefront of 32, and LoopSpec (K = R/8, with a second readout at 2K)."""
+    inner, k = min(4, R), max(1, R // 8)
+    rows: list[tuple[str, str, dict[str, Any]]] = [
+        (f"static r={R}", "static", {"r": R}),
+        (f"static r={max(1, R // 4)}", "static", {"r": max(1, R // 4)}),
+        ("adaptive ε=0.03", "adaptive", {"r": R, "epsilon": 0.03}),
+        (f"speculative {k}×4", "speculative", {"r": R, "r_draft": k, "lookahead": 4}),
+        ("diffusion defaults", "diffusion",
+         {"r": R, "r_inner": inner, "epsilon": 0.03, "beta": 0.0, "eta": 0.1, "wavefront": 128}),
+        (f"diffusion fixed r'={inner}", "diffusion",
+         {"r": R, "r_inner": inner, "freeze": "fixed", "eta": 0.1, "wavefront": 128}),
+        # the defaults with a narrower wavefront: at batch B a step iterates up to B·W positions
+        ("diffusion defaults W=32", "diffusion",
+         {"r": R, "r_inner": inner, "epsilon": 0.03, "beta": 0.0, "eta": 0.1, "wavefront": 32}),
+        # LoopSpec (the baseline of every grid study), with a second readout at K·X
+        (f"loopspec K={k}", "loopspec", {"r": R, "r_draft": k}),
+    ]
+    if 2 * k < R:
+        rows.append((f"loopspec K={k} X=2", "loopspec", {"r": R, "r_draft": k, "r_draft2": 2 * k}))
+    return rows
+
+
 MODES = ("batch-1 eager", "batch-1 compiled", "batch-B eager", "batch-B compiled")
 CPU_MODES = ("batch-1 eager", "batch-1 compiled", "batch-B compiled")  # the default modes on a CPU
 GPU_MODES = ("batch-1 compiled", "batch-B compiled")  # the default modes on a GPU (eager: --modes)
@@ -200,7 +210,7 @@ def _rounds(text: str) -> int:
 
 def paired_ratio(model: RecurrentDepthModel, prompts: list[list[int]], sampler: str, params: dict, max_new: int,
                  mode: str, repeats: int, warmup: int) -> PairedTiming:
-    """Batch-1 speed-up of ``sampler`` over static r=32 in ``mode``, timed as a sweep's trial times it
+    """Batch-1 speed-up of ``sampler`` over static AR at its depth in ``mode``, timed as a sweep's trial times it
     (:func:`recdiff.timing.paired_timing`: the two alternate on the same prompts, in rounds), so that a load that
     comes and goes between two separately timed rows does not enter the ratio."""
     set_compile(model, mode != "batch-1 eager")
@@ -208,22 +218,23 @@ def paired_ratio(model: RecurrentDepthModel, prompts: list[list[int]], sampler: 
 
     def alone(name: str, p: dict) -> Any:
         return lambda i: len(generate(model, prompts[i], name, **kw, **p).tokens)
-    return paired_timing(alone(sampler, params), alone("static", {"r": 32}), len(prompts), rounds=repeats,
+    return paired_timing(alone(sampler, params), alone("static", {"r": params["r"]}), len(prompts), rounds=repeats,
                          warmup=warmup, device=model.device)
 
 
 def ratio(model: RecurrentDepthModel, prompts: list[list[int]], label: str, results: dict[str, dict[str, dict]],
           mode: str, args: argparse.Namespace) -> str:
-    """One mode's ratio of ``label`` to static r=32: batch-1 paired, with its 95% interval; batch-B (a throughput)
-    the two rows' tokens/s divided."""
+    """One mode's ratio of ``label`` to static AR at the same depth (``--depth``): batch-1 paired, with its 95%
+    interval; batch-B (a throughput) the two rows' tokens/s divided."""
+    _, sampler, params = next(s for s in rows_at(args.depth) if s[0] == label)
     if mode.startswith("batch-1"):
-        _, sampler, params = next(s for s in SAMPLERS if s[0] == label)
         t = paired_ratio(model, prompts, sampler, params, args.max_new_tokens, mode, args.repeats, args.warmup)
         return f"{mode}: {t.speedup:.2f}x [{t.speedup_lo:.2f}, {t.speedup_hi:.2f}]"
-    return f"{mode}: {results[label][mode]['tok_s'] / results['static r=32'][mode]['tok_s']:.2f}x"
+    base = results[f"static r={params['r']}"][mode]["tok_s"]
+    return f"{mode}: {results[label][mode]['tok_s'] / base:.2f}x"
 
 
-def print_profile(results: dict[str, dict[str, dict]], modes: list[str], n_prompts: int) -> None:
+def print_profile(results: dict[str, dict[str, dict]], modes: list[str], n_prompts: int, base: str) -> None:
     """The step profile of every sampler and mode, and the bookkeeping-free bound of batch-1 eager diffusion."""
     print("step profile (every run above was timed under it): a step is one sampler step over the occupied slots "
           "(a token of static and adaptive AR, a round of speculative decoding, a diffusion step); model: its share "
@@ -237,13 +248,13 @@ def print_profile(results: dict[str, dict[str, dict]], modes: list[str], n_promp
             p = results[label][m]["profile"]
             print(f"{label:24s} {m:18s} {p.steps:7d} {p.ms_per_step:8.3f} {100 * (1 - p.own_share):6.1f}% "
                   f"{100 * p.own_share:6.1f}% {100 * p.tool_share:7.1f}% {p.reads_per_step:11.2f}")
-    static, diffusion = results.get("static r=32", {}), results.get("diffusion defaults", {})
+    static, diffusion = results.get(base, {}), results.get("diffusion defaults", {})
     if "batch-1 eager" in static and "batch-1 eager" in diffusion:
         s, d = static["batch-1 eager"], diffusion["batch-1 eager"]
         t_static, t_diff = s["wall"] / n_prompts, d["wall"] / n_prompts
         t_model = d["profile"].model_s / n_prompts
         fr = sorted(d["model_fracs"])
-        print(f"bookkeeping-free bound, batch-1 eager: static r=32 {1e3 * t_static:.1f} ms per answer ÷ diffusion "
+        print(f"bookkeeping-free bound, batch-1 eager: {base} {1e3 * t_static:.1f} ms per answer ÷ diffusion "
               f"defaults' model calls {1e3 * t_model:.1f} ms per answer (prefill included) = {t_static / t_model:.2f}x"
               f"; measured {t_static / t_diff:.2f}x = {100 * t_model / t_diff:.1f}% of the bound "
               f"(per prompt: median {100 * statistics.median(fr):.1f}%, {100 * fr[0]:.1f}-{100 * fr[-1]:.1f}%)")
@@ -267,7 +278,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default=None, choices=[None, "float32", "bfloat16"])
     ap.add_argument("--prompts", type=int, default=5, help="prompts timed one at a time (batch-1 modes)")
-    ap.add_argument("--repeats", type=_rounds, default=3, help="rounds of the paired batch-1 ratio to static r=32")
+    ap.add_argument("--repeats", type=_rounds, default=3, help="rounds of the paired batch-1 ratio to static AR")
+    ap.add_argument("--depth", type=int, default=32,
+                    help="R of every row and of the static AR every ratio is paired with (Huginn: 32; Parcae: 8)")
     ap.add_argument("--batch", type=int, default=32, help="B of the batch-B mode, which runs 2·B prompts")
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--max-new-tokens", type=int, default=64)
@@ -288,7 +301,10 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     dev = torch.device(args.device)
-    rows = [s for s in SAMPLERS if args.samplers is None or s[0] in args.samplers.split(",")]
+    if args.depth < 2:
+        ap.error(f"--depth {args.depth}: give 2 or more")
+    rows = [s for s in rows_at(args.depth) if args.samplers is None or s[0] in args.samplers.split(",")]
+    base = f"static r={args.depth}"
     default = GPU_MODES if dev.type == "cuda" else CPU_MODES
     modes = [m for m in MODES if m in (args.modes.split(",") if args.modes else default)]
     with_bound = dev.type == "cuda" if args.bound is None else args.bound
@@ -309,7 +325,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"bandwidth: a {dev.type} copy of {copy_bytes / 2**30:g} GiB moves {bw / 1e9:.0f} GB/s (bytes read "
                   f"+ written, best of 10); a model call reads P+C {(rb.prelude + rb.coda) / 1e9:.3f} GB, "
                   f"one recurrence {rb.core / 1e9:.3f} GB, K/V {rb.kv / 1e3:.2f} kB per position and attention layer "
-                  f"(static r=32: {rb.call(32) / 1e9:.2f} GB per token, r'=4: {rb.call(4) / 1e9:.2f} GB per step, "
+                  f"(static r={args.depth}: {rb.call(args.depth) / 1e9:.2f} GB per token, r'={min(4, args.depth)}: "
+                  f"{rb.call(min(4, args.depth)) / 1e9:.2f} GB per step, "
                   f"without K/V)")
         head = (f"{'sampler':24s}" + "".join(f" {m + ' t/s':>22s}" for m in modes)
                 + f" {'passes/token':>13s} {'capped':>7s}")
@@ -336,7 +353,7 @@ def main(argv: list[str] | None = None) -> None:
                     f" {results[label][m]['gb_call']:28.4g} {results[label][m]['calls_s']:9.1f} "
                     f"{100 * results[label][m]['frac']:7.1f}%" for m in modes))
         if args.profile:
-            print_profile(results, modes, len(prompts))
+            print_profile(results, modes, len(prompts), base)
         floors = "  ".join(f"{r} row{'s' * (r > 1)}: {product_floor(model, r) * 1e6:.2f}" for r in FLOOR_ROWS)
         print("cost per core row·recurrence, µs (wall time / the results' tokens_forward, prefill included; P, C and "
               "the sampler's own work are in it too):")
@@ -344,25 +361,28 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  {label:22s}" + "".join(f" {m}: {results[label][m]['us_row']:.2f}" for m in modes))
         print("  the weight products alone at the vendor GEMM's rate (bounds.product_floor), by rows per call — "
               f"{floors}")
-        if "static r=32" in results:
-            for label in ("diffusion defaults", "diffusion fixed r'=4"):
+        inner = min(4, args.depth)
+        diffusion_rows = ("diffusion defaults", f"diffusion fixed r'={inner}")
+        if base in results:
+            for label in diffusion_rows:
                 if label in results:
                     ratios = "  ".join(ratio(model, prompts, label, results, m, args) for m in modes)
-                    print(f"ratio {label} / static r=32 — {ratios} (ideal (r+1)/(r'+1) = {33 / 5:.2f}x)")
+                    ideal = (args.depth + 1) / (inner + 1)
+                    print(f"ratio {label} / {base} — {ratios} (ideal (r+1)/(r'+1) = {ideal:.2f}x)")
             for label in (s[0] for s in rows if s[1] == "loopspec"):
                 ratios = "  ".join(ratio(model, prompts, label, results, m, args) for m in modes)
-                print(f"ratio {label} / static r=32 — {ratios} (lossless: the same tokens, each after as few as "
+                print(f"ratio {label} / {base} — {ratios} (lossless: the same tokens, each after as few as "
                       "r_draft sequential recurrences)")
             if len(modes) > 1:
-                for label in ("static r=32", "diffusion defaults", "diffusion fixed r'=4"):
+                for label in (base, *diffusion_rows):
                     if label in results:
                         base = results[label][modes[0]]["tok_s"]
                         print(f"speed-up over {modes[0]}, {label}: " + "  ".join(
                             f"{m}: {results[label][m]['tok_s'] / base:.2f}x" for m in modes[1:]))
         length = max(len(p) for p in prompts) + args.max_new_tokens
-        kv = {pol: SlotKV(model.config, 1, length, pol, max_steps=32, device="meta",
+        kv = {pol: SlotKV(model.config, 1, length, pol, max_steps=args.depth, device="meta",
                           dtype=next(model.parameters()).dtype).nbytes() for pol in ("shared", "per_step")}
-        print(f"KV cache at {length} positions, r=32: shared {kv['shared'] / 2**20:.2f} MiB, "
+        print(f"KV cache at {length} positions, r={args.depth}: shared {kv['shared'] / 2**20:.2f} MiB, "
               f"per_step {kv['per_step'] / 2**20:.2f} MiB ({kv['per_step'] / kv['shared']:.1f}x)")
 
 

@@ -21,6 +21,7 @@ from tests.families.conftest import SHIPPED
 pytestmark = pytest.mark.slow
 
 LLAMA, OLMO = SHIPPED / "llama_gqa2", SHIPPED / "olmo_mha"
+PARCAE = REPO / "tests" / "fixtures" / "parcae_tiny" / "bytes300_downstream"  # a vocabulary that holds byte tokens
 
 
 def test_bench_runs_a_family_folder_and_counts_its_bytes(capsys):
@@ -62,19 +63,29 @@ def test_a_sweep_naming_the_wrong_family_is_one_line(tmp_path):
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
+def test_a_sweep_runs_a_parcae_entry_from_a_folder(tmp_path):
+    """conf/model/parcae_140m with model.path=DIR: the diffusion sampler on the Parcae family in a sweep."""
+    args = ["model=parcae_140m", f"model.path={PARCAE}", "model.tokenizer=bytes", "model.compile=false",
+            "model.device=cpu", "sampler=diffusion", "sampler.r=8", "sampler.r_inner=2"]
+    proc = _sweep(args, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (proc.stdout + proc.stderr).count("COMPLETE accuracy=") == 1
+
+
 @pytest.mark.slow
-def test_lm_eval_decodes_with_a_family_model(tmp_path):
+@pytest.mark.parametrize("src, family", [(LLAMA, "retro_llama"), (PARCAE, "parcae")], ids=["retro_llama", "parcae"])
+def test_lm_eval_decodes_with_a_family_model(tmp_path, src, family):
     pytest.importorskip("lm_eval", reason='lm-eval is not installed: pip install -e ".[lm-eval]"')
     from recdiff.tokenizer import build_byte_tokenizer, save_tokenizer
     from tests.lm_eval.conftest import GSM8K_ROWS, write_jsonl
     from tests.lm_eval.test_model import gsm8k_cot_local
 
-    d = tmp_path / "llama"
-    shutil.copytree(LLAMA, d)
+    d = tmp_path / family
+    shutil.copytree(src, d)
     save_tokenizer(build_byte_tokenizer(), d, model_max_length=256)  # bytes: ids 4 … 259 of its 300
     gsm8k_cot_local(tmp_path, write_jsonl(tmp_path / "gsm8k.jsonl", GSM8K_ROWS[:3]))
     stats = tmp_path / "stats.jsonl"
-    args = f"pretrained={d},family=retro_llama,sampler=diffusion,r=8,r_inner=2,stats_file={stats}"
+    args = f"pretrained={d},family={family},sampler=diffusion,r=8,r_inner=2,stats_file={stats}"
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-m", "recdiff.lm_eval", "--model", "recdiff", "--model_args", args,
                            "--tasks", "gsm8k_cot_local", "--include_path", str(tmp_path), "--gen_kwargs",
@@ -101,6 +112,23 @@ def test_a_named_family_is_part_of_the_identity_and_the_hash():
     assert identity_from_config(named.as_dict())["model"]["family"] == "huginn"
     with pytest.raises(RecdiffError, match="unknown model family 'gemma'"):
         compose_plan(["model.family=gemma"])
+
+
+@pytest.mark.parametrize("entry", sorted(p.stem for p in (REPO / "conf" / "model").glob("parcae_*.yaml")))
+def test_each_parcae_entry_runs_offline_from_a_folder(entry):
+    """conf/model's Parcae entries: the hub id (SandyResearch/parcae-...), and offline a folder of the family."""
+    from recdiff import RecdiffError
+    from recdiff.trial.workload import prepare
+    from tests.sweep_helpers import compose_plan
+
+    plan = compose_plan([f"model={entry}", "benchmark=arith", "benchmark.limit=1"])
+    assert plan.model.path.startswith("SandyResearch/parcae-") and plan.model.family == "parcae"
+    local = ["model.tokenizer=bytes", "model.device=cpu", "model.compile=false", "benchmark=arith", "benchmark.limit=1"]
+    plan = compose_plan([f"model={entry}", f"model.path={PARCAE}", *local])
+    assert prepare(plan.model, plan.benchmark).load().model.config.family == "parcae"
+    plan = compose_plan([f"model={entry}", f"model.path={OLMO}", *local])
+    with pytest.raises(RecdiffError, match="does not fit model family parcae"):
+        prepare(plan.model, plan.benchmark)
 
 
 @pytest.mark.parametrize("entry", sorted(p.stem for p in (REPO / "conf" / "model").glob("recurrent_*.yaml")))

@@ -241,3 +241,20 @@ def test_save_pretrained_writes_a_folder_the_reference_layout_reads_back(load_fi
     again = load_model(out)
     ids = torch.tensor([[1, 2, 3, 4]])
     assert again.config.family == "parcae" and torch.equal(again(ids, r=3)[0], model(ids, r=3)[0])
+
+
+def test_the_speed_bench_pairs_parcae_rows_with_static_ar_at_its_depth(capsys):
+    """``python -m recdiff.bench --depth 8``: every row at r = 8, each ratio paired with static r=8; the core's
+    own K/V width counted apart from the outer layers'."""
+    from recdiff.tools.speed import main as bench_main
+    from recdiff.tools.speed import read_bytes
+
+    d = SHIPPED / "linear_widecore_untied"
+    bench_main(["--models", str(d), "--depth", "8", "--samplers", "static r=8,diffusion defaults,loopspec K=1",
+                "--prompts", "2", "--repeats", "2", "--max-new-tokens", "3", "--modes", "batch-1 eager"])
+    out = capsys.readouterr().out
+    assert "ratio diffusion defaults / static r=8 — batch-1 eager:" in out
+    assert "ratio loopspec K=1 / static r=8" in out and "(ideal (r+1)/(r'+1) = 1.80x)" in out
+    cfg = load_model(d).config
+    rb = read_bytes(load_model(d))
+    assert rb.kv == 2 * cfg.num_key_value_heads * cfg.head_dim * 4 and rb.kv_core == 2 * cfg.state_width * 4
