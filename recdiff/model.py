@@ -4,13 +4,16 @@
     s_i = R(e, s_{i-1})           adapter([s, e]) then the core blocks, i = 1 … r
     p = C(s_r)                    (ln_f,) coda blocks, ln_f, head
 
-A family without input injection (Ouro) loops all its layers with the embedding as the first recurrence's input
-and ln_f closing each recurrence: s_1 = R(e), s_i = R(s_{i-1}), p = head(s_r); its exit gate gives the probability of
-exiting at each recurrence.
+Parcae's core runs at its own width: s_0 has the core's width, its injection is the family's adapter (diagonal,
+linear or additive), and a Linear ``transformer.C`` maps the final state to the coda's width; some of its layers add
+value-embedding rows of each position's token to their values (in a cached call the token is read from the cache,
+where P wrote it). A family without input injection (Ouro) loops all its layers with the embedding as the first
+recurrence's input and ln_f closing each recurrence: s_1 = R(e), s_i = R(s_{i-1}), p = head(s_r); its exit gate gives
+the probability of exiting at each recurrence.
 
 The blocks, RoPE and whether ``ln_f`` also normalises the final state are the model family's
-(:mod:`recdiff.families`, ``config.family``): Huginn, retrofitted Llama, retrofitted OLMo-2. The layers they are built
-from are :mod:`recdiff.layers`.
+(:mod:`recdiff.families`, ``config.family``): Huginn, retrofitted Llama, retrofitted OLMo-2, Ouro, Parcae. The layers
+they are built from are :mod:`recdiff.layers`.
 
 No sampling logic lives here: the engine (:mod:`recdiff.engine`) drives ``embed`` / ``core_step`` / ``decode`` for a
 batch of sequences against a :class:`~recdiff.cache.SlotKV` cache, describing each call's rows and positions with a
