@@ -16,7 +16,8 @@ of the walk.
 Ouro is walked for its exit gate: eagerly and on the graph path every sampler it runs; compiled, the changes that
 Huginn's layout refuses (``exit_threshold``), since every other change is compiled on Huginn's layout already and its
 programs are the family-independent code around the same blocks (tests/families/test_compile.py says the same of
-the samplers' pieces).
+the samplers' pieces). Parcae (a core of its own width, value embeddings read through the cache's tokens) is walked
+eagerly and on the graph path.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from tests.conftest import RAVEN_TINY, REPO, need_fixtures
 from tests.matrices import prompts, quick_compile, shallow
 
 OURO_TINY = REPO / "tests" / "fixtures" / "ouro_tiny" / "mha_tied_t3"
+PARCAE_TINY = REPO / "tests" / "fixtures" / "parcae_tiny" / "small140m_like"
 
 # sampler → (base setting, changes): each change is decoded after the base and the base again after it, so that a
 # setting meets the programs and graphs of the one before it in both directions. A change that needs another field
@@ -60,6 +62,9 @@ WALKS: dict[str, tuple[dict, list[dict]]] = {
 # fields whose check admits one value only: nothing to change
 ONE_VALUE = {("loopspec", "kv_cache"), ("diffusion", "kv_cache")}
 MODELS = (RAVEN_TINY, OURO_TINY)  # Ouro: the exit gate (exit_threshold); Huginn's layout: everything else
+# and Parcae, eagerly and on the graph path: a state of the core's own width and value embeddings, whose tokens a
+# step reads from the cache (compiled, its programs are the same pieces as Huginn's layout's, keyed the same way)
+WALKED = (*MODELS, PARCAE_TINY)
 MODES = ("eager", "graphs", "compiled")
 
 
@@ -138,7 +143,7 @@ def walked_model(fixture: Path, request: pytest.FixtureRequest) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("setting-walks")  # one worker: the fresh models' tokens are computed once for both modes
-@pytest.mark.parametrize("fixture", MODELS, ids=lambda d: d.name)
+@pytest.mark.parametrize("fixture", WALKED, ids=lambda d: d.name)
 @pytest.mark.parametrize("mode", ["eager", "graphs"])
 def test_any_run_of_settings_on_one_model_gives_fresh_model_tokens(fixture, mode, request):
     d = walked_model(fixture, request)
