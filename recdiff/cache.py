@@ -56,6 +56,11 @@ class Call:
     write: Tensor | None = None  # (B,) bool
     slot: Tensor | None = None  # (B, T) long: physical index in the cache row (None: pos)
 
+    @property
+    def where(self) -> Tensor:
+        """``(B, T)``: each position's physical index in its cache row (``slot``, else its position)."""
+        return self.pos if self.slot is None else self.slot
+
 
 class SlotKV:
     def __init__(
@@ -121,7 +126,7 @@ class SlotKV:
                 raise RecdiffError(f"per_step cache was set up for {kb.shape[0]} recurrences, "
                                    f"step {step + 1} requested")
             kb, vb = kb[step], vb[step]
-        where = call.pos if call.slot is None else call.slot
+        where = call.where
         index: tuple[Tensor, ...] = (call.b_idx, where)
         if kb.dim() == 5:
             plane = step if step.dim() == 0 else step[:, None]  # type: ignore[union-attr]

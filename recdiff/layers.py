@@ -47,10 +47,12 @@ class RMSNorm(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------- RoPE
-def rope_table(head_dim: int, length: int, base: float) -> Tensor:
-    """``[1, length, 1, head_dim/2, 2]``: cos and sin of pos / base^(2i/head_dim)."""
+def rope_table(head_dim: int, length: int, base: float, condense: float = 1) -> Tensor:
+    """``[1, length, 1, head_dim/2, 2]``: cos and sin of pos / base^(2i/head_dim); ``condense``: positions divided by
+    it (Parcae's ``rope_condense_ratio``)."""
     inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
-    return angle_table(inv, length)
+    return angle_table(inv, length, positions=None if condense == 1 else
+                       torch.arange(length, dtype=torch.float32) / condense)
 
 
 def angle_table(inv_freq: Tensor, length: int, scale: float = 1.0, positions: Tensor | None = None) -> Tensor:
@@ -132,15 +134,17 @@ class Attention(nn.Module):
         self.proj = nn.Linear(self.chunks[0], cfg.n_embd, bias=False)
 
     def forward(self, x: Tensor, freqs: Tensor, kv: KV | None) -> Tensor:
+        q, k, v = self.qkv(x)
+        q, k = (fused.compiled(self.rope) if self.fused else self.rope)(q, k, freqs, self.qk_bias)
+        return self.attend(q, k, v, kv)
+
+    def qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q, k and v of ``x`` as heads ``(B, T, H, D)``, q and k normed first where ``qk_norm``; not rotated."""
         B, T, _ = x.shape
         q, k, v = self.Wqkv(x).split(self.chunks, dim=2)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q = q.view(B, T, self.n_head, self.hd)
-        k = k.view(B, T, self.n_kv, self.hd)
-        v = v.view(B, T, self.n_kv, self.hd)
-        q, k = (fused.compiled(self.rope) if self.fused else self.rope)(q, k, freqs, self.qk_bias)
-        return self.attend(q, k, v, kv)
+        return (q.view(B, T, self.n_head, self.hd), k.view(B, T, self.n_kv, self.hd), v.view(B, T, self.n_kv, self.hd))
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, kv: KV | None) -> Tensor:
         """Attention of the rotated q, k and v ``(B, T, H, D)`` (over the cache's keys, with one), projected out."""

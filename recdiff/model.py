@@ -136,7 +136,7 @@ class RecurrentDepthModel(nn.Module):
             cache.depth.index_put_((call.b_idx, call.pos), torch.zeros_like(call.pos, dtype=torch.int32))
         freqs = self._freqs(ids.shape[1], call)
         if call is not None and cache is not None and cache.tokens is not None:  # what later layers' tables read
-            index = (call.b_idx, call.pos if call.slot is None else call.slot)
+            index = (call.b_idx, call.where)
             new = ids if call.write is None else torch.where(call.write[:, None], ids, cache.tokens[index])
             cache.tokens.index_put_(index, new)
         x = self.transformer.wte(ids) * self.config.embed_scale
@@ -161,7 +161,7 @@ class RecurrentDepthModel(nn.Module):
         """The call's positions' tokens (written by :meth:`embed` into the cache), else ``tokens``."""
         if call is None or cache is None or cache.tokens is None:
             return tokens
-        return cache.tokens[call.b_idx, call.pos if call.slot is None else call.slot]
+        return cache.tokens[call.b_idx, call.where]
 
     def core_step(self, state: Tensor, embeds: Tensor, call: Call | None = None, cache: SlotKV | None = None,
                   step: int | Tensor = 0, tokens: Tensor | None = None) -> Tensor:

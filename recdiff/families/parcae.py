@@ -26,8 +26,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from recdiff.errors import RecdiffError
 from recdiff.families.base import Family, concat_adapter
-from recdiff.layers import KV, Attention, GatedMLP, RMSNorm, angle_table, apply_rope, rope_table
+from recdiff.layers import KV, Attention, GatedMLP, RMSNorm, apply_rope, rope_table
 from recdiff.model_config import RecurrentConfig
 
 # ParcaeConfig's defaults (parcae_lm/models/config.py and models/parcae/config.py), for keys a config.json leaves out
@@ -114,14 +115,10 @@ class ParcaeAttention(Attention):
         self.ve_gate = nn.Linear(VE_GATE_CHANNELS, self.n_kv, bias=False) if gate else None
 
     def forward(self, x: Tensor, freqs: Tensor, kv: KV | None, ve: Tensor | None = None) -> Tensor:
-        B, T, _ = x.shape
-        q, k, v = self.Wqkv(x).split(self.chunks, dim=2)
-        q = q.view(B, T, self.n_head, self.hd)
-        k = k.view(B, T, self.n_kv, self.hd)
-        v = v.view(B, T, self.n_kv, self.hd)
+        q, k, v = self.qkv(x)
         if ve is not None and self.ve_gate is not None:
             gate = 2 * torch.sigmoid(self.ve_gate(x[..., :VE_GATE_CHANNELS]))  # (B, T, H_kv) in (0, 2)
-            v = v + gate.unsqueeze(-1) * ve.view(B, T, self.n_kv, self.hd)
+            v = v + gate.unsqueeze(-1) * ve.view(v.shape)
         q, k = self.rope(q, k, freqs, None)
         if self.head_norm:
             q, k = F.rms_norm(q, (self.hd,)), F.rms_norm(k, (self.hd,))
@@ -200,12 +197,7 @@ def adapter(cfg: RecurrentConfig) -> nn.Module:
 def table(cfg: RecurrentConfig, length: int) -> Tensor:
     """The reference's ``precompute_freqs_cis``: adjacent-pair RoPE of ``rope_base``, positions divided by
     ``rope_condense_ratio``."""
-    ratio = cfg.family_options.get("rope_condense_ratio", 1)
-    if ratio == 1:
-        return rope_table(cfg.head_dim, length, cfg.rope_base)
-    d = cfg.head_dim
-    inv = 1.0 / (cfg.rope_base ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
-    return angle_table(inv, length, positions=torch.arange(length, dtype=torch.float32) / ratio)
+    return rope_table(cfg.head_dim, length, cfg.rope_base, cfg.family_options.get("rope_condense_ratio", 1))
 
 
 def read(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -291,7 +283,7 @@ def _shape_misfits(k: dict[str, Any]) -> list[str]:
                 out.append(f"{part} layer {i}'s value-embedding gate reads {VE_GATE_CHANNELS} channels of {width}")
     except (TypeError, KeyError, ZeroDivisionError, ValueError):
         pass  # a config without these shapes: RecurrentConfig names what is wrong
-    except Exception as err:  # RecdiffError from the config itself
+    except RecdiffError as err:  # from the config itself
         out.append(str(err).removeprefix("config: "))
     return out
 
@@ -299,7 +291,7 @@ def _shape_misfits(k: dict[str, Any]) -> list[str]:
 def write(cfg: RecurrentConfig) -> dict[str, Any]:
     """The reference's ParcaeConfig fields (as its ``save_pretrained`` writes them) with ``_class_name``."""
     o = cfg.family_options
-    out = {k: v for k, v in dict(o.get("config") or {}).items()}
+    out = dict(o.get("config") or {})
     out.update(
         _class_name="ParcaeConfig", block_size=cfg.block_size, n_embd=cfg.n_embd, num_attention_heads=cfg.n_heads,
         num_key_value_heads=cfg.num_key_value_heads, intermediate_size=cfg.intermediate_size,
