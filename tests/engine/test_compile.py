@@ -35,28 +35,32 @@ def small(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def compiled_model(small):
     """Chunks of two recurrences per compiled call (a loop inside the graph, as the engine's four) on the runner that
-    the static, adaptive, speculative and diffusion samplers share in a batch; the runners made after it (LoopSpec's
-    lanes, a prompt alone) in single ones (``quick_compile``'s default: a third less compile time)."""
+    the static, adaptive, speculative and diffusion samplers share in a batch; the runner made after it (a prompt
+    alone) in single ones (``quick_compile``'s default: a third less compile time)."""
     model = load_model(small, compile=True)
     quick_compile(model, chunk=2)
     return model
 
 
+# the samplers whose steps run on the shared-cache runner, in chunks of two there; LoopSpec's lanes compile single
+# recurrences, as in tests/engine/test_setting_changes.py's compiled walk, which decodes every sampler compiled
+CHUNKED = [(s, p) for s, p in ONE_PER_SAMPLER if s != "loopspec"]
+
+
 def test_compiled_gives_the_eager_tokens(compiled_model, small, load_fixture_model):
     eager = load_fixture_model(small)
     ps = prompts(small)
-    for sampler, params in ONE_PER_SAMPLER:
-        if sampler == "loopspec":   # the runners made from now on compile single recurrences (see compiled_model)
-            compiled_model.engine_options["chunk"] = 1
+    for sampler, params in CHUNKED:
         want = [generate(eager, p, sampler, max_new_tokens=10, stop_token_ids=[], **params).tokens for p in ps]
         together = generate(compiled_model, ps, sampler, max_new_tokens=10, stop_token_ids=[], batch_size=len(ps),
                             **params)
         assert [r.tokens for r in together] == want, sampler
-    sampler, params = ONE_PER_SAMPLER[-1]
+    compiled_model.engine_options["chunk"] = 1   # the runners made from now on compile single recurrences
+    sampler, params = CHUNKED[-1]
     assert generate(compiled_model, ps[0], sampler, max_new_tokens=10, stop_token_ids=[], **params).tokens == want[0]
-    # chunks of two on the batch's shared-cache runner; the runners made after it, single recurrences
+    # chunks of two on the batch's shared-cache runner; the runner made after it, single recurrences
     assert sorted((key[2], key[0], run.chunk) for key, run in compiled_model._runners.items()) == [
-        ("lanes", 4, 1), ("shared", 1, 1), ("shared", 4, 2)]
+        ("shared", 1, 1), ("shared", 4, 2)]
     # every replay above called inductor's generated code itself (program.direct), as it can in this torch
     assert all(p.direct is not None for run in compiled_model._runners.values() for p in run.programs.compiled.values())
 

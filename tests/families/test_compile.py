@@ -1,27 +1,26 @@
 """Compiled decoding on the retrofitted families (``compile=True`` on a CPU: torch.compile of P, R and C, grouped-query
-attention and rotate-half RoPE inside the graphs) gives the eager tokens, batched, and under per-step caches, with
+attention and rotate-half RoPE inside the graphs) gives the eager tokens, batched, with
 the quick inductor settings and the cut (tests/matrices.py's ``shallow``) of tests/engine/test_compile.py.
 
 The sampler is static AR, whose compiled programs hold a family's blocks: P, one recurrence per call (chunks of several
-are tests/engine/test_compile.py's), C; a prefill's many rows and a step's few; shared and per-step caches. The other
+are tests/engine/test_compile.py's), C; a prefill's many rows and a step's few. The other
 samplers' pieces (adaptive's exit piece, the diffusion step's window and tensor functions, speculative's drafts,
 LoopSpec's lanes) are family-independent code around the same blocks, compiled on Huginn's layout in
-tests/engine/test_compile.py (compiling each again per family cost CI about 200 s). The per-step cache layout is
-compiled on the first family alone: its graphs differ from the shared layout's in the cache writes, which are
-family-independent code."""
+tests/engine/test_compile.py (compiling each again per family cost CI about 200 s). So is the per-step cache layout
+(tests/engine/test_setting_changes.py's compiled walk: static, adaptive and speculative under per-step caches): its
+graphs differ from the shared layout's in the cache writes, which are family-independent code (compiling them again
+on a family cost about 100 s on 2 cores)."""
 
 from __future__ import annotations
 
 import pytest
 
 from recdiff import generate, load_model
-from tests.families.conftest import one_per_family
 from tests.matrices import ONE_PER_SAMPLER, prompts, quick_compile, shallow
 
 pytestmark = pytest.mark.slow
 
 FAMILY_GRAPHS = [(s, p) for s, p in ONE_PER_SAMPLER if s == "static"]
-FIRST = next((d.name for d in one_per_family()), None)   # the family whose per-step cache layout is compiled too
 
 
 def test_compiled_gives_the_eager_tokens(conv_dir, tmp_path):
@@ -34,6 +33,3 @@ def test_compiled_gives_the_eager_tokens(conv_dir, tmp_path):
         want = [generate(eager, p, sampler, max_new_tokens=10, stop_token_ids=[], **params).tokens for p in ps]
         got = generate(compiled, ps, sampler, max_new_tokens=10, stop_token_ids=[], batch_size=len(ps), **params)
         assert [r.tokens for r in got] == want, sampler
-    if conv_dir.name == FIRST:  # per-step caches: the same blocks writing another cache layout, on one family
-        kw = dict(max_new_tokens=6, stop_token_ids=[], kv_cache="per_step", r=3)
-        assert generate(compiled, ps[0], "static", **kw).tokens == generate(eager, ps[0], "static", **kw).tokens
