@@ -1,15 +1,15 @@
 """Compiled decoding on the retrofitted families (``compile=True`` on a CPU: torch.compile of P, R and C, grouped-query
-attention and rotate-half RoPE inside the graphs) gives the eager tokens, batched, with
-the quick inductor settings and the cut (tests/matrices.py's ``shallow``) of tests/engine/test_compile.py.
+attention and rotate-half RoPE inside the graphs) gives the eager tokens, batched, with the quick inductor settings
+and the cut (tests/matrices.py's ``shallow``) of tests/engine/test_compile.py.
 
 The sampler is static AR, whose compiled programs hold a family's blocks: P, one recurrence per call (chunks of several
-are tests/engine/test_compile.py's), C; a prefill's many rows and a step's few. The other
-samplers' pieces (adaptive's exit piece, the diffusion step's window and tensor functions, speculative's drafts,
-LoopSpec's lanes) are family-independent code around the same blocks, compiled on Huginn's layout in
-tests/engine/test_compile.py (compiling each again per family cost CI about 200 s). So is the per-step cache layout
-(tests/engine/test_setting_changes.py's compiled walk: static, adaptive and speculative under per-step caches): its
-graphs differ from the shared layout's in the cache writes, which are family-independent code (compiling them again
-on a family cost about 100 s on 2 cores)."""
+are tests/engine/test_compile.py's), C; a prefill's many rows and a step's few. The other samplers' pieces (adaptive's
+exit piece, the diffusion step's window and tensor functions, speculative's drafts, LoopSpec's lanes) are
+family-independent code around the same blocks, compiled on Huginn's layout by tests/engine/test_compile.py and
+tests/engine/test_setting_changes.py's compiled walk (compiling each again per family cost CI about 200 s). So is the
+per-step cache layout (the walk: static, adaptive and speculative under per-step caches): its graphs differ from the
+shared layout's in the cache writes, which are family-independent code (compiling them again on a family: about 50 s
+of a 2-core run)."""
 
 from __future__ import annotations
 
