@@ -198,7 +198,8 @@ def test_a_batch_gives_each_prompt_what_it_gets_alone(load_fixture_model, sample
 def test_graph_replay_and_compiled_decoding_give_the_eager_tokens(tmp_path):
     """The CUDA-graph path emulated on a CPU for every sampler, and the CPU compile path (quick inductor settings)
     for what only Ouro compiles: the injection-free recurrence with the gate's readout, and the gate's exit piece
-    (the lane and draft pieces are compiled on Huginn's layout in tests/engine/test_compile.py)."""
+    (the draft pieces are compiled on Huginn's layout in tests/engine/test_compile.py, the lane pieces by
+    tests/engine/test_setting_changes.py's compiled walk)."""
     from tests.matrices import quick_compile
 
     d = OURO_DIRS[0]
