@@ -160,6 +160,7 @@ def test_any_run_of_settings_on_one_compiled_model_gives_fresh_model_tokens(fixt
     walk(model, d, mode="compiled")
 
 
+@pytest.mark.slow  # beside the walks it answers for (the graph-path walk on the same model passes)
 def test_a_field_left_out_of_the_keys_fails_the_walk(monkeypatch, small):
     """The broken twin: ε dropped from every key (as the wavefront once was) replays the diffusion sampler's step
     programs and graphs made for another ε, and the walk fails; with the keys as the engine derives them it passes
